@@ -1,0 +1,72 @@
+"""A small generic name → object registry (tasks, mixtures, ...)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Generic, Iterator, TypeVar
+
+from t2t.errors import T2TError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names (and short aliases) to objects; duplicates are errors, unknown names suggest close ones."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}
+
+    def register(self, name: str, obj: T | None = None):
+        """Register ``obj`` under ``name``; without ``obj`` returns a decorator."""
+        if obj is None:
+            def decorator(o: T) -> T:
+                self.register(name, o)
+                return o
+            return decorator
+        if name in self._items or name in self._aliases:
+            raise T2TError(f"{self.kind} {name!r} is already registered; choose another name or remove the "
+                           f"earlier registration.")
+        self._items[name] = obj
+        return obj
+
+    def alias(self, short: str, name: str) -> None:
+        """Let ``short`` resolve to the registered ``name``."""
+        if short in self._items or short in self._aliases:
+            raise T2TError(f"{self.kind} alias {short!r} is already taken; choose another alias.")
+        self._aliases[short] = name
+
+    def resolve(self, name: str) -> str:
+        """The full registered name for ``name`` (itself or an alias's target)."""
+        return self._aliases.get(name, name)
+
+    def get(self, name: str) -> T:
+        full = self.resolve(name)
+        if full in self._items:
+            return self._items[full]
+        raise T2TError(self.unknown_message(name))
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self._items) + list(self._aliases), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}?" if close else "run `t2t-tasks` to list the registered names."
+        return f"unknown {self.kind} {name!r}; {hint}"
+
+    def __contains__(self, name: str) -> bool:
+        return self.resolve(name) in self._items
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def aliases(self) -> dict[str, str]:
+        return dict(self._aliases)
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` and the aliases pointing at it (for tests and interactive use)."""
+        self._items.pop(name, None)
+        self._aliases = {a: n for a, n in self._aliases.items() if n != name}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
