@@ -1,0 +1,227 @@
+"""Command-line entry points: t2t-train, t2t-eval, t2t-show, t2t-tasks, t2t-vocab.
+
+Settings resolve as: dataclass defaults ← ``--config`` files (in order) ← explicit flags ← ``--set k=v``.
+Bad input ends in ``error: <one sentence>`` and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import sys
+from pathlib import Path
+
+from t2t.errors import T2TError
+
+
+def run_cli(main):
+    """Wrap a ``main(argv)``: T2TError → one line on stderr and exit 2; Ctrl-C → exit 130."""
+    @functools.wraps(main)
+    def wrapper(argv: list[str] | None = None) -> int:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        try:
+            return main(argv) or 0
+        except T2TError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted; run the same command again to resume from the last checkpoint.",
+                  file=sys.stderr)
+            return 130
+    return wrapper
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vocab", help="SentencePiece .model (default: $T2T_VOCAB, DATA_DIR/vocab, the hub)")
+    parser.add_argument("--data-dir", help="root of local dataset copies (default: $T2T_DATA_DIR)")
+    parser.add_argument("--module", action="append", default=[], dest="modules",
+                        help="import a module or .py file that registers tasks (repeatable)")
+
+
+def add_task_choice(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--mixture", help="mixture (or task) name, e.g. glue_v002")
+    group.add_argument("--task", help="task name, e.g. stsb")
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="settings file or recipe name in configs/recipes (repeatable, later wins)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override any setting, e.g. --set optimizer.schedule=rsqrt (repeatable)")
+
+
+def resolve(cls, args: argparse.Namespace, flags: dict):
+    """Build settings ``cls`` from --config files, then the flags given (non-None), then --set."""
+    from t2t import config
+    files = [config.find_config(name, "recipes") for name in args.config]
+    given = {}
+    for key, value in flags.items():
+        if value is None or value == []:
+            continue
+        node = given
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    data = {}
+    for file in files:
+        data = config.merge(data, config.read_config_file(file))
+    data = config.merge(data, given)
+    data = config.merge(data, config.parse_overrides(args.overrides))
+    return config.from_dict(cls, data)
+
+
+@run_cli
+def train_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="t2t-train", description="Train or fine-tune a T5 model.")
+    add_task_choice(parser, required=False)
+    parser.add_argument("--model", help="preset (t5-small, t5.1.1-base, t5-tiny, ...) or model config file")
+    parser.add_argument("--init-from", help="our checkpoint or run dir, a Hugging Face T5 folder or hub id")
+    parser.add_argument("--output-dir", help="run folder; running again in it resumes")
+    parser.add_argument("--train-steps", type=int)
+    parser.add_argument("--batch-size", type=int, help="global batch size in rows")
+    parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--log-every", type=int)
+    parser.add_argument("--save-every", type=int)
+    parser.add_argument("--eval-every", type=int)
+    parser.add_argument("--skip-unavailable", action="store_true", default=None,
+                        help="drop mixture members whose data is missing (with a warning)")
+    add_common(parser)
+    add_settings(parser)
+    args = parser.parse_args(argv)
+
+    from t2t import distributed
+    from t2t.train import TrainConfig, train
+    cfg = resolve(TrainConfig, args, {
+        "mixture": args.mixture or args.task, "model": args.model, "init_from": args.init_from,
+        "output_dir": args.output_dir, "train_steps": args.train_steps, "batch_size": args.batch_size,
+        "optimizer.learning_rate": args.learning_rate, "seed": args.seed, "log_every": args.log_every,
+        "save_every": args.save_every, "eval_every": args.eval_every,
+        "skip_unavailable": args.skip_unavailable, "vocab": args.vocab, "data_dir": args.data_dir,
+        "modules": args.modules})
+    distributed.init_from_env()
+    records = train(cfg)
+    if records and distributed.is_main():
+        last = records[-1]
+        print(f"done: step {last['step']}, loss {last['loss']:.4f}; outputs in {cfg.output_dir}")
+    return 0
+
+
+@run_cli
+def eval_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="t2t-eval", description="Evaluate a model on tasks' metrics.")
+    add_task_choice(parser)
+    parser.add_argument("--checkpoint", required=True,
+                        help="a run's output dir (its latest checkpoint), one checkpoint, or a HF T5 folder/id")
+    parser.add_argument("--split", help="split to evaluate (default: validation)")
+    parser.add_argument("--max-examples", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--beam-size", type=int)
+    parser.add_argument("--output-dir", help="where metrics.json and predictions go")
+    parser.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+    add_common(parser)
+    add_settings(parser)
+    args = parser.parse_args(argv)
+
+    from t2t.evaluate import EvalConfig, evaluate
+    cfg = resolve(EvalConfig, args, {
+        "mixture": args.mixture or args.task, "checkpoint": args.checkpoint, "split": args.split,
+        "max_examples": args.max_examples, "batch_size": args.batch_size, "beam_size": args.beam_size,
+        "output_dir": args.output_dir, "device": args.device, "vocab": args.vocab,
+        "data_dir": args.data_dir, "modules": args.modules})
+    evaluate(cfg)
+    return 0
+
+
+@run_cli
+def show_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="t2t-show",
+                                     description="Print preprocessed examples as JSON lines, in source order.")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--split", default="validation")
+    parser.add_argument("-n", type=int, default=5, help="number of examples")
+    parser.add_argument("--tokens", action="store_true", help="add the token ids")
+    add_common(parser)
+    args = parser.parse_args(argv)
+
+    from t2t.inspect import show_examples
+    from t2t.task import load_modules
+    load_modules(args.modules)
+    vocab = None
+    if args.tokens:
+        from t2t.vocab import load_vocabulary
+        vocab = load_vocabulary(args.vocab, data_dir=args.data_dir)
+    for example in show_examples(args.task, args.split, args.n, with_tokens=args.tokens, vocab=vocab,
+                                 data_dir=args.data_dir):
+        print(json.dumps(example, ensure_ascii=False))
+    return 0
+
+
+@run_cli
+def tasks_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="t2t-tasks", description="List registered tasks and mixtures.")
+    parser.add_argument("--data-dir", help="root of local dataset copies (for sizes)")
+    parser.add_argument("--module", action="append", default=[], dest="modules")
+    args = parser.parse_args(argv)
+
+    from t2t.inspect import format_registry_table
+    from t2t.task import load_modules
+    load_modules(args.modules)
+    print(format_registry_table(data_dir=args.data_dir))
+    return 0
+
+
+@run_cli
+def vocab_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="t2t-vocab", description="Train a SentencePiece vocabulary with T5's conventions "
+                                      "(pad 0, EOS 1, unk 2, sentinels at the top).")
+    parser.add_argument("inputs", nargs="*", help="text files or folders of .txt files")
+    parser.add_argument("--task", help="train on a task's text instead (inputs and targets of --split)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--output", required=True, help="model prefix: writes PREFIX.model and PREFIX.vocab")
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
+    parser.add_argument("--data-dir")
+    parser.add_argument("--module", action="append", default=[], dest="modules")
+    args = parser.parse_args(argv)
+
+    from t2t.vocab import train_vocabulary
+    if bool(args.inputs) == bool(args.task):
+        raise T2TError("give either text files/folders or --task NAME to train a vocabulary on.")
+    source = task_texts(args) if args.task else text_files(args.inputs)
+    path = train_vocabulary(source, args.output, vocab_size=args.vocab_size, model_type=args.model_type)
+    print(f"wrote {path}")
+    return 0
+
+
+def text_files(inputs: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for item in map(Path, inputs):
+        if item.is_dir():
+            files += sorted(p for p in item.rglob("*.txt"))
+        elif item.exists():
+            files.append(item)
+        else:
+            raise T2TError(f"no such file or folder {item}; check the path.")
+    if not files:
+        raise T2TError(f"no .txt files found in {', '.join(inputs)}.")
+    return files
+
+
+def task_texts(args: argparse.Namespace):
+    from t2t.inspect import show_examples
+    from t2t.task import load_modules
+    load_modules(args.modules)
+    for example in show_examples(args.task, args.split, None, with_tokens=False, vocab=None,
+                                 data_dir=args.data_dir):
+        yield example["inputs"]
+        yield example["targets"]
+
+
+if __name__ == "__main__":  # python -m t2t.cli is used by torchrun
+    sys.exit(train_main())

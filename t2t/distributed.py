@@ -1,0 +1,111 @@
+"""Scale-out on torch.distributed: the same command under ``torchrun`` trains with DDP or FSDP.
+
+With one process every function here is a no-op, so the trainer reads the same either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from t2t.errors import T2TError
+
+
+def init_from_env() -> None:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); gloo on CPU, nccl on CUDA."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+def all_reduce_sum(value: float) -> float:
+    if not is_distributed():
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        tensor = tensor.cuda()
+    dist.all_reduce(tensor)
+    return float(tensor.item())
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The torch seed for one step on this process: dropout is a function of (seed, step, rank)."""
+    return int(np.random.SeedSequence([seed, step, rank()]).generate_state(1)[0])
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise T2TError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N.") from None
+
+
+def wrap_model(model: torch.nn.Module, parallelism: str, device: torch.device) -> torch.nn.Module:
+    """DDP (replicated weights) or FSDP (each block's weights sharded) when distributed; else the model."""
+    if not is_distributed():
+        return model
+    if parallelism == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+        for stack in (model.encoder, model.decoder):
+            for block in stack.block:
+                fully_shard(block)
+        return fully_shard(model)
+    device_ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def maybe_no_sync(model: torch.nn.Module, last: bool):
+    """Skip DDP's gradient all-reduce on all but the last micro-batch of gradient accumulation."""
+    if not last and isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    return is_distributed() and not isinstance(model, torch.nn.parallel.DistributedDataParallel)
+
+
+def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole (unsharded) state dict on CPU, on every rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer state dict, gathered to full tensors when the model is sharded (FSDP)."""
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    return get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -1,0 +1,72 @@
+"""Optimizers and learning-rate schedules of the T5 paper (§3.1.2, §3.1.3, §3.7).
+
+Adafactor is ``torch.optim.Adafactor``, which matches the Mesh TensorFlow Adafactor that T5 used
+(factored second moments, decay rate 0.8 via ``beta2_decay=-0.8``, update clipping ``d=1.0``, parameter
+scaling ``max(1e-3, RMS(param))``, no momentum) with three differences, all small:
+
+- its step size is ``min(lr_t, 1/sqrt(t))``: with ``lr=0.01`` that *is* T5's pre-training schedule
+  ``1/sqrt(max(t, 10^4))``; a fine-tuning rate of 1e-3 stays constant until step 10^6;
+- it factors every matrix, where Mesh TF factors only those with both sides >= 128 (here: the relative
+  position bias tables of shape [32, heads] are factored too);
+- epsilon1 clamps the second-moment estimate at ``eps^2`` (float32 eps) instead of adding 1e-30 to g².
+
+AdamW is ``torch.optim.AdamW``. Schedules: constant, inverse square root, linear and cosine decay, each
+with an optional linear warm-up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from t2t.errors import T2TError
+
+
+@dataclass
+class OptimizerConfig:
+    name: Literal["adafactor", "adamw"] = "adafactor"
+    learning_rate: float = 1e-3
+    schedule: Literal["constant", "rsqrt", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+    rsqrt_offset: int = 10_000  # rsqrt: lr * sqrt(offset) / sqrt(max(step, offset)), T5's 1/sqrt(max(n, 10^4))
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    grad_clip_norm: float = 0.0  # 0 disables clipping (T5 relies on Adafactor's update clipping)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.name == "adafactor":
+        return torch.optim.Adafactor(params, lr=cfg.learning_rate, beta2_decay=-0.8, d=1.0,
+                                     weight_decay=cfg.weight_decay, foreach=False)
+    if cfg.name == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=cfg.adam_betas, eps=cfg.adam_eps,
+                                 weight_decay=cfg.weight_decay, foreach=True)
+    raise T2TError(f"unknown optimizer {cfg.name!r}; use adafactor or adamw.")
+
+
+def learning_rate_factor(step: int, cfg: OptimizerConfig, total_steps: int) -> float:
+    """The multiplier on ``cfg.learning_rate`` at ``step`` (0-based)."""
+    t = step + 1
+    if cfg.warmup_steps and t <= cfg.warmup_steps:
+        return t / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    if cfg.schedule == "rsqrt":
+        return math.sqrt(cfg.rsqrt_offset) / math.sqrt(max(t, cfg.rsqrt_offset))
+    progress = min(1.0, (t - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
+    if cfg.schedule == "linear":
+        return 1.0 - progress
+    if cfg.schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise T2TError(f"unknown schedule {cfg.schedule!r}; use constant, rsqrt, linear or cosine.")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig,
+                    total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: learning_rate_factor(step, cfg, total_steps))

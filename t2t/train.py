@@ -1,0 +1,208 @@
+"""The training recipe: one teacher-forced cross-entropy loss for every task (T5 §2.4, §3.1.2).
+
+Read top to bottom: settings, set-up (model, optimizer, data, resume), the loop, and the step. Running
+the same command again in the same output folder resumes from the latest checkpoint and continues
+exactly: the data stream, the optimizer, the schedule and the dropout masks (seeded by step) all pick up
+where they stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from t2t import checkpoint, config, distributed
+from t2t.errors import T2TError
+from t2t.model import T5, load_model_config
+from t2t.optim import OptimizerConfig, build_optimizer, build_scheduler
+from t2t.pipeline import build_train_batches
+from t2t.progress import MetricsLog, ProgressBar, plot_metrics
+from t2t.task import load_modules
+from t2t.vocab import load_vocabulary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    mixture: str = ""                 # a task or mixture name (--task / --mixture)
+    model: str = "t5-small"           # preset in configs/models or a config file
+    init_from: str | None = None      # our checkpoint or run dir, a Hugging Face T5 folder or hub id
+    vocab: str | None = None
+    data_dir: str | None = None
+    output_dir: str = "runs/t2t"
+    modules: list[str] = field(default_factory=list)
+    train_steps: int = 1000
+    batch_size: int = 128             # global, in rows (packed rows when pack is on)
+    grad_accum_steps: int = 1
+    input_length: int = 512
+    target_length: int = 128
+    pack: bool = True
+    dropout_rate: float | None = None  # overrides the model config's (T5 used 0.1 everywhere)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 1000
+    keep_checkpoints: int = 3
+    eval_every: int = 0               # 0: no evaluation during training
+    eval_max_examples: int = 256
+    eval_batch_size: int = 32
+    skip_unavailable: bool = False
+    precision: Literal["fp32", "bf16"] = "fp32"   # bf16 is autocast on CUDA
+    device: str = "auto"
+    parallelism: Literal["ddp", "fsdp"] = "ddp"   # under torchrun with several processes
+
+
+def train(cfg: TrainConfig) -> list[dict]:
+    """Train (or resume) per ``cfg``; returns the logged records."""
+    if not cfg.mixture:
+        raise T2TError("no task or mixture given; pass --mixture NAME or --task NAME (see t2t-tasks).")
+    if cfg.batch_size % (cfg.grad_accum_steps * distributed.world_size()):
+        raise T2TError(f"batch size {cfg.batch_size} is not divisible by grad_accum_steps × processes "
+                       f"({cfg.grad_accum_steps} × {distributed.world_size()}); choose a multiple.")
+    torch.manual_seed(cfg.seed)
+    device = distributed.pick_device(cfg.device)
+    load_modules(cfg.modules)
+    vocab = load_vocabulary(cfg.vocab, data_dir=cfg.data_dir)
+    run_dir = Path(cfg.output_dir)
+    latest = checkpoint.latest_checkpoint(run_dir)
+
+    model = build_model(cfg, vocab.vocab_size).to(device)
+    optimizer = build_optimizer(model, cfg.optimizer)
+    scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
+    batches = build_train_batches(
+        cfg.mixture, vocab=vocab, batch_size=cfg.batch_size // cfg.grad_accum_steps,
+        input_length=cfg.input_length, target_length=cfg.target_length, pack=cfg.pack, seed=cfg.seed,
+        data_dir=cfg.data_dir, rank=distributed.rank(), world_size=distributed.world_size(),
+        skip_unavailable=cfg.skip_unavailable)
+    step = 0
+    if latest is not None:
+        state = checkpoint.load_checkpoint(latest, model=model, optimizer=optimizer)
+        step = state["step"]
+        scheduler.load_state_dict(state["scheduler"])
+        batches.load_state_dict(state["data"])
+        log.info("resumed from %s at step %d", latest, step)
+    wrapped = distributed.wrap_model(model, cfg.parallelism, device)
+
+    metrics_log = MetricsLog(run_dir / "metrics.jsonl", enabled=distributed.is_main(), truncate_after=step)
+    progress = ProgressBar(total=cfg.train_steps, initial=step, enabled=distributed.is_main())
+    evaluator = make_evaluator(cfg, vocab, device) if cfg.eval_every else None
+    batch_iter = iter(batches)
+    window_tokens, window_start = 0, time.perf_counter()
+    while step < cfg.train_steps:
+        micro_batches = [next(batch_iter) for _ in range(cfg.grad_accum_steps)]
+        loss, tokens = train_step(wrapped, micro_batches, optimizer, cfg, device, step)
+        scheduler.step()
+        step += 1
+        window_tokens += tokens
+        progress.update(loss)
+        if step % cfg.log_every == 0 or step == cfg.train_steps:
+            elapsed = time.perf_counter() - window_start
+            record = {"step": step, "loss": loss, "learning_rate": scheduler.get_last_lr()[0],
+                      "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
+            if evaluator and (step % cfg.eval_every == 0 or step == cfg.train_steps):
+                record.update(evaluator(model))
+            metrics_log.write(record)
+            progress.show(record)
+            window_tokens, window_start = 0, time.perf_counter()
+        if step % cfg.save_every == 0 or step == cfg.train_steps:
+            save(cfg, run_dir, step, model, optimizer, scheduler, batches)
+            if distributed.is_main():
+                plot_metrics(metrics_log.path, run_dir / "metrics.png")
+    progress.close()
+    return metrics_log.records()
+
+
+def build_model(cfg: TrainConfig, vocab_size: int) -> T5:
+    """The preset (or ``init_from``'s weights), with the run's dropout, checked against the vocabulary."""
+    if cfg.init_from:
+        model = checkpoint.load_model(cfg.init_from)
+    else:
+        model = T5(load_model_config(cfg.model))
+    if cfg.dropout_rate is not None:
+        set_dropout(model, cfg.dropout_rate)
+    if model.config.vocab_size < vocab_size:
+        raise T2TError(f"the model's embedding has {model.config.vocab_size} rows but the vocabulary has "
+                       f"{vocab_size} ids; use a matching --vocab or set model vocab_size ≥ {vocab_size}.")
+    return model
+
+
+def set_dropout(model: T5, rate: float) -> None:
+    model.config.dropout_rate = rate
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = rate
+
+
+def train_step(model: torch.nn.Module, micro_batches: list[dict], optimizer: torch.optim.Optimizer,
+               cfg: TrainConfig, device: torch.device, step: int) -> tuple[float, int]:
+    """One optimizer step over ``micro_batches``; returns (mean loss per target token, tokens seen).
+
+    The loss is the token-sum over the *global* batch divided by its number of target tokens, so it is
+    the same with 1 process or N (gradients are averaged over processes, hence the ``world_size``).
+    """
+    model.train()
+    torch.manual_seed(distributed.step_seed(cfg.seed, step))  # dropout masks are a function of the step
+    local_weight = sum(float(b["decoder_loss_weights"].sum()) for b in micro_batches)
+    total_weight = distributed.all_reduce_sum(local_weight)
+    scale = distributed.world_size() / max(total_weight, 1.0)
+    loss_sum, tokens = 0.0, 0
+    for i, batch in enumerate(micro_batches):
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with distributed.maybe_no_sync(model, last=i == len(micro_batches) - 1), autocast(cfg, device):
+            batch_loss = loss_sum_of(model, batch)
+        (batch_loss * scale).backward()
+        loss_sum += float(batch_loss.detach())
+        tokens += int(batch["encoder_input_tokens"].count_nonzero() + batch["decoder_target_tokens"].count_nonzero())
+    if cfg.optimizer.grad_clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    mean_loss = distributed.all_reduce_sum(loss_sum) / max(total_weight, 1.0)
+    if not math.isfinite(mean_loss):
+        raise T2TError(f"the loss became {mean_loss} at step {step + 1}; lower the learning rate or use fp32.")
+    return mean_loss, int(distributed.all_reduce_sum(tokens))
+
+
+def loss_sum_of(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """Sum over target tokens of the weighted cross-entropy (teacher forcing)."""
+    logits = model(batch["encoder_input_tokens"], batch["decoder_input_tokens"],
+                   **{k: batch[k] for k in PACKING_KEYS if k in batch})
+    losses = F.cross_entropy(logits.flatten(0, 1).float(), batch["decoder_target_tokens"].flatten(),
+                             reduction="none")
+    return (losses * batch["decoder_loss_weights"].flatten().to(losses.dtype)).sum()
+
+
+PACKING_KEYS = ("encoder_segment_ids", "decoder_segment_ids", "encoder_positions", "decoder_positions")
+
+
+def autocast(cfg: TrainConfig, device: torch.device):
+    enabled = cfg.precision == "bf16" and device.type == "cuda"
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def save(cfg: TrainConfig, run_dir: Path, step: int, model: T5, optimizer, scheduler, batches) -> None:
+    state = {"step": step, "scheduler": scheduler.state_dict(), "data": batches.state_dict()}
+    optimizer_state = distributed.full_optimizer_state(model, optimizer)
+    if distributed.is_main():
+        checkpoint.save_checkpoint(run_dir, step, model, optimizer_state=optimizer_state, trainer_state=state,
+                                   settings=config.to_dict(cfg), keep_last=cfg.keep_checkpoints)
+    distributed.barrier()
+
+
+def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):
+    """A callable model → {"eval/<task>/<metric>": value} over the mixture's validation splits."""
+    from t2t.evaluate import validation_metrics
+
+    def evaluator(model: T5) -> dict:
+        return validation_metrics(model, cfg.mixture, vocab, data_dir=cfg.data_dir,
+                                  max_examples=cfg.eval_max_examples, batch_size=cfg.eval_batch_size,
+                                  device=device)
+    return evaluator
