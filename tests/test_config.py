@@ -1,0 +1,78 @@
+"""Settings: files and flags override dataclass fields; unknown keys and wrong types are clear errors."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from t2t import config
+from t2t.errors import T2TError
+
+
+@dataclass
+class Inner:
+    rate: float = 0.1
+    name: Literal["a", "b"] = "a"
+
+
+@dataclass
+class Outer:
+    steps: int = 10
+    path: str | None = None
+    items: list[str] = field(default_factory=list)
+    inner: Inner = field(default_factory=Inner)
+
+
+def test_files_then_overrides_win(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("steps: 20\ninner:\n  rate: 1e-3\n")
+    cfg = config.load(Outer, [file], ["inner.name=b", "items=[x, y]"])
+    assert cfg == Outer(steps=20, items=["x", "y"], inner=Inner(rate=1e-3, name="b"))
+
+
+def test_unknown_key_names_the_key_and_the_known_ones():
+    with pytest.raises(T2TError, match=r"unknown setting inner\.rat for Inner; known settings: name, rate"):
+        config.from_dict(Outer, {"inner": {"rat": 1}})
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"steps": "ten"}, "setting steps must be of type int, got 'ten'"),
+    ({"steps": True}, "setting steps must be of type int"),
+    ({"inner": {"name": "c"}}, "setting inner.name must be one of 'a', 'b'"),
+    ({"items": "x"}, "setting items must be of type"),
+])
+def test_wrong_types_are_rejected(data, message):
+    with pytest.raises(T2TError, match=message):
+        config.from_dict(Outer, data)
+
+
+def test_override_syntax_error():
+    with pytest.raises(T2TError, match="not of the form key=value"):
+        config.parse_overrides(["steps"])
+
+
+def test_bad_yaml_names_the_file(tmp_path):
+    file = tmp_path / "bad.yaml"
+    file.write_text("steps: [1,\n")
+    with pytest.raises(T2TError, match=f"config file {file} is not valid YAML"):
+        config.read_config_file(file)
+
+
+def test_unknown_config_name_lists_the_known_ones():
+    with pytest.raises(T2TError, match=r"no recipes config 'pretrian'.*pretrain"):
+        config.find_config("pretrian", "recipes")
+
+
+def test_every_recipe_loads_into_the_training_settings():
+    from t2t.train import TrainConfig
+    names = config.config_names("recipes")
+    assert {"pretrain", "finetune", "cpu-smoke"} <= set(names)
+    for name in names:
+        cfg = config.load(TrainConfig, [config.find_config(name, "recipes")])
+        assert cfg.train_steps > 0 and cfg.batch_size > 0
+
+
+def test_resolved_settings_round_trip():
+    from t2t.train import TrainConfig
+    cfg = config.load(TrainConfig, [config.find_config("pretrain", "recipes")], ["seed=3"])
+    assert config.from_dict(TrainConfig, config.to_dict(cfg)) == cfg

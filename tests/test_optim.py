@@ -1,0 +1,65 @@
+"""Optimizers and schedules as the T5 paper used them."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from t2t.optim import OptimizerConfig, build_optimizer, build_scheduler, learning_rate_factor
+
+
+def test_rsqrt_schedule_is_t5s_inverse_square_root():
+    cfg = OptimizerConfig(learning_rate=0.01, schedule="rsqrt")
+    for step in (0, 99, 9_999, 10_000, 65_535, 524_287):
+        lr = cfg.learning_rate * learning_rate_factor(step, cfg, total_steps=524_288)
+        assert lr == pytest.approx(1 / math.sqrt(max(step + 1, 10_000)))
+
+
+@pytest.mark.parametrize("schedule, expected_end", [("constant", 1.0), ("linear", 0.0), ("cosine", 0.0)])
+def test_warmup_then_decay(schedule, expected_end):
+    cfg = OptimizerConfig(schedule=schedule, warmup_steps=10)
+    factors = [learning_rate_factor(s, cfg, total_steps=100) for s in range(100)]
+    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert factors[-1] == pytest.approx(expected_end, abs=1e-12)
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+
+
+def mesh_tf_adafactor_step(param, grad, row, col, step, lr):
+    """One step of T5's Adafactor (Shazeer & Stern 2018 as configured by T5) in NumPy, for comparison."""
+    decay = 1.0 - step ** -0.8
+    row[:] = decay * row + (1 - decay) * (grad ** 2).mean(axis=1)
+    col[:] = decay * col + (1 - decay) * (grad ** 2).mean(axis=0)
+    estimate = np.outer(row / row.mean(), col)
+    update = grad / np.sqrt(estimate)
+    update /= max(1.0, np.sqrt((update ** 2).mean()) / 1.0)                 # update clipping, d = 1
+    scale = max(1e-3, np.sqrt((param ** 2).mean()))                          # parameter scaling
+    return param - min(lr, step ** -0.5) * scale * update
+
+
+def test_adafactor_matches_t5s_update_rule():
+    rng = np.random.default_rng(0)
+    param0 = rng.normal(size=(256, 128)).astype(np.float64)
+    model = torch.nn.Linear(128, 256, bias=False).double()
+    model.weight.data = torch.tensor(param0)
+    optimizer = build_optimizer(model, OptimizerConfig(name="adafactor", learning_rate=0.01))
+    param, row, col = param0.copy(), np.zeros(256), np.zeros(128)
+    for step in range(1, 6):
+        grad = rng.normal(size=(256, 128))
+        model.weight.grad = torch.tensor(grad)
+        optimizer.step()
+        param = mesh_tf_adafactor_step(param, grad, row, col, step, lr=0.01)
+        np.testing.assert_allclose(model.weight.detach().numpy(), param, rtol=1e-10, atol=1e-12)
+
+
+def test_scheduler_drives_the_optimizer_learning_rate():
+    model = torch.nn.Linear(2, 2)
+    cfg = OptimizerConfig(name="adamw", learning_rate=0.1, schedule="linear", warmup_steps=2)
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_scheduler(optimizer, cfg, total_steps=4)
+    lrs = []
+    for _ in range(4):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.05, 0.1, 0.05, 0.0])
