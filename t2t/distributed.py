@@ -77,8 +77,8 @@ def wrap_model(model: torch.nn.Module, parallelism: str, device: torch.device) -
         return model
     if parallelism == "fsdp":
         from torch.distributed.fsdp import fully_shard
-        for stack in (model.encoder, model.decoder):
-            for block in stack.block:
+        for block in model.modules():
+            if type(block).__name__ == "Block":
                 fully_shard(block)
         return fully_shard(model)
     device_ids = [device.index] if device.type == "cuda" else None

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from t2t import checkpoint, config, distributed
 from t2t.errors import T2TError
@@ -89,7 +88,7 @@ def train(cfg: TrainConfig) -> list[dict]:
         scheduler.load_state_dict(state["scheduler"])
         batches.load_state_dict(state["data"])
         log.info("resumed from %s at step %d", latest, step)
-    wrapped = distributed.wrap_model(model, cfg.parallelism, device)
+    objective = distributed.wrap_model(TrainingObjective(model), cfg.parallelism, device)
 
     metrics_log = MetricsLog(run_dir / "metrics.jsonl", enabled=distributed.is_main(), truncate_after=step)
     progress = ProgressBar(total=cfg.train_steps, initial=step, enabled=distributed.is_main())
@@ -98,7 +97,7 @@ def train(cfg: TrainConfig) -> list[dict]:
     window_tokens, window_start = 0, time.perf_counter()
     while step < cfg.train_steps:
         micro_batches = [next(batch_iter) for _ in range(cfg.grad_accum_steps)]
-        loss, tokens = train_step(wrapped, micro_batches, optimizer, cfg, device, step)
+        loss, tokens = train_step(objective, micro_batches, optimizer, cfg, device, step)
         scheduler.step()
         step += 1
         window_tokens += tokens
@@ -141,14 +140,14 @@ def set_dropout(model: T5, rate: float) -> None:
             module.p = rate
 
 
-def train_step(model: torch.nn.Module, micro_batches: list[dict], optimizer: torch.optim.Optimizer,
+def train_step(objective: torch.nn.Module, micro_batches: list[dict], optimizer: torch.optim.Optimizer,
                cfg: TrainConfig, device: torch.device, step: int) -> tuple[float, int]:
     """One optimizer step over ``micro_batches``; returns (mean loss per target token, tokens seen).
 
     The loss is the token-sum over the *global* batch divided by its number of target tokens, so it is
     the same with 1 process or N (gradients are averaged over processes, hence the ``world_size``).
     """
-    model.train()
+    objective.train()
     torch.manual_seed(distributed.step_seed(cfg.seed, step))  # dropout masks are a function of the step
     local_weight = sum(float(b["decoder_loss_weights"].sum()) for b in micro_batches)
     total_weight = distributed.all_reduce_sum(local_weight)
@@ -156,13 +155,13 @@ def train_step(model: torch.nn.Module, micro_batches: list[dict], optimizer: tor
     loss_sum, tokens = 0.0, 0
     for i, batch in enumerate(micro_batches):
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with distributed.maybe_no_sync(model, last=i == len(micro_batches) - 1), autocast(cfg, device):
-            batch_loss = loss_sum_of(model, batch)
+        with distributed.maybe_no_sync(objective, last=i == len(micro_batches) - 1), autocast(cfg, device):
+            batch_loss = objective(batch)
         (batch_loss * scale).backward()
         loss_sum += float(batch_loss.detach())
         tokens += int(batch["encoder_input_tokens"].count_nonzero() + batch["decoder_target_tokens"].count_nonzero())
     if cfg.optimizer.grad_clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip_norm)
+        torch.nn.utils.clip_grad_norm_(objective.parameters(), cfg.optimizer.grad_clip_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     mean_loss = distributed.all_reduce_sum(loss_sum) / max(total_weight, 1.0)
@@ -171,16 +170,16 @@ def train_step(model: torch.nn.Module, micro_batches: list[dict], optimizer: tor
     return mean_loss, int(distributed.all_reduce_sum(tokens))
 
 
-def loss_sum_of(model: torch.nn.Module, batch: dict) -> torch.Tensor:
-    """Sum over target tokens of the weighted cross-entropy (teacher forcing)."""
-    logits = model(batch["encoder_input_tokens"], batch["decoder_input_tokens"],
-                   **{k: batch[k] for k in PACKING_KEYS if k in batch})
-    losses = F.cross_entropy(logits.flatten(0, 1).float(), batch["decoder_target_tokens"].flatten(),
-                             reduction="none")
-    return (losses * batch["decoder_loss_weights"].flatten().to(losses.dtype)).sum()
+class TrainingObjective(torch.nn.Module):
+    """The model under its loss: DDP and FSDP wrap this, so their hooks run around ``loss_sums``."""
 
+    def __init__(self, model: T5):
+        super().__init__()
+        self.model = model
 
-PACKING_KEYS = ("encoder_segment_ids", "decoder_segment_ids", "encoder_positions", "decoder_positions")
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss_sum, _ = self.model.loss_sums(batch)
+        return loss_sum
 
 
 def autocast(cfg: TrainConfig, device: torch.device):
