@@ -238,7 +238,9 @@ def load_vocabulary(
     env_path = os.environ.get("T2T_VOCAB")
     if env_path:
         if not Path(env_path).is_file():
-            raise T2TError(f"T2T_VOCAB points to {env_path}, which is not a file; set it to a SentencePiece .model file.")
+            raise T2TError(
+                f"T2T_VOCAB points to {env_path}, which is not a file; set it to a SentencePiece .model file."
+            )
         return SentencePieceVocabulary(env_path, extra_ids)
     root = data_dir if data_dir is not None else os.environ.get("T2T_DATA_DIR")
     if root:
@@ -286,7 +288,10 @@ def _file_lines(paths: Sequence[Path]) -> Iterator[str]:
 def _text_lines(texts: Iterable[str]) -> Iterator[str]:
     for text in texts:
         if not isinstance(text, str):
-            raise T2TError(f"train_vocabulary got a {type(text).__name__} among its texts; pass strings or file paths.")
+            raise T2TError(
+                f"train_vocabulary got a non-string ({type(text).__name__}) among its texts; "
+                "pass strings or file paths."
+            )
         for line in text.splitlines():
             line = line.strip()
             if line:
@@ -356,25 +361,36 @@ def train_vocabulary(
     try:
         spm.SentencePieceTrainer.train(sentence_iterator=counted, **settings)
     except RuntimeError as error:
+        if counted.error is not None:
+            raise counted.error from None
         if counted.count == 0:
             raise T2TError("train_vocabulary got no text (every input is empty); pass non-empty text files.") from None
         raise T2TError(
             f"SentencePiece could not train a {vocab_size}-piece {model_type} vocabulary ({str(error).strip()}); "
             "lower vocab_size or give it more text."
         ) from None
+    if counted.error is not None:  # reading the input failed part way: do not return a model of half the text
+        raise counted.error
     return Path(f"{prefix}.model")
 
 
 class _Counting:
-    """Iterator wrapper that counts lines, to tell 'no text at all' from other training failures."""
+    """Iterator wrapper that counts lines (to tell 'no text at all' from other training failures) and keeps
+    an exception raised while reading the input, so that it reaches the caller unwrapped by SentencePiece."""
 
     def __init__(self, lines: Iterator[str]):
-        self._lines, self.count = lines, 0
+        self._lines, self.count, self.error = lines, 0, None
 
     def __iter__(self):
         return self
 
     def __next__(self) -> str:
-        line = next(self._lines)
+        try:
+            line = next(self._lines)
+        except StopIteration:
+            raise
+        except Exception as error:  # re-raised by train_vocabulary once SentencePiece has returned
+            self.error = error
+            raise StopIteration from None
         self.count += 1
         return line
