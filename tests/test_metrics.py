@@ -1,0 +1,214 @@
+"""Metric functions against the libraries t5 computes them with, plus hand-checked edge cases."""
+
+import numpy as np
+import pytest
+import sacrebleu
+import scipy.stats
+import sklearn.metrics
+from rouge_score import rouge_scorer, scoring
+
+from t2t import metrics
+from t2t.errors import T2TError
+
+# STS-B-like similarity scores (targets from 0-5, predictions as a model's postprocessed floats)
+STSB_TARGETS = [5.0, 3.8, 0.6, 2.4, 4.2, 1.0, 3.0, 4.75, 0.0, 2.8]
+STSB_PREDICTIONS = [4.6, 3.2, 1.2, 2.6, 4.4, 0.8, 2.2, 4.0, 0.4, 3.4]
+
+# CoLA / RTE-like class ids
+LABELS = [1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 1]
+PREDS = [1, 0, 0, 1, 0, 1, 1, 0, 1, 0, 0, 1]
+
+TRANSLATIONS = [
+    "Das Haus ist klein.",
+    "Der Himmel ist heute blau und wolkenlos.",
+    "Ich habe gestern ein gutes Buch gelesen.",
+    "Wir treffen uns morgen um acht Uhr am Bahnhof.",
+]
+REFERENCES = [
+    "Das Haus ist klein.",
+    "Der Himmel ist heute blau.",
+    "Gestern habe ich ein gutes Buch gelesen.",
+    "Wir treffen uns morgen um 8 Uhr am Hauptbahnhof.",
+]
+
+SUMMARIES = [
+    "a storm closed three roads . thousands of homes lost power for two days .",
+    "the village festival had music , jugglers and a speech about the new bridge .",
+    "scientists measured the temperature of a frozen lake for two weeks .",
+]
+SUMMARY_PREDICTIONS = [
+    "a storm closed roads and thousands of homes lost power .",
+    "the festival had music and a speech about a bridge . the square was empty at midnight .",
+    "two scientists measured a lake every hour .",
+]
+
+
+def test_accuracy_and_sequence_accuracy():
+    assert metrics.accuracy(LABELS, PREDS) == {"accuracy": 100 * sklearn.metrics.accuracy_score(LABELS, PREDS)}
+    words = ["entailment", "not_entailment", "entailment", "entailment"]
+    guesses = ["entailment", "entailment", "entailment", "garbage"]
+    assert metrics.accuracy(words, guesses) == {"accuracy": 50.0}
+    assert metrics.sequence_accuracy(words, guesses) == {"sequence_accuracy": 50.0}
+    assert metrics.sequence_accuracy([[3, 4], [5]], [[3, 4], [5, 1]]) == {"sequence_accuracy": 50.0}
+
+
+def test_all_match():
+    assert metrics.all_match(["a", "b"], ["a", "b"]) == {"exact_match": 100.0}
+    assert metrics.all_match(["a", "b"], ["a", "c"]) == {"exact_match": 0.0}
+    assert metrics.exact_match is metrics.all_match
+
+
+def test_correlations_match_scipy():
+    pearson = metrics.pearson_corrcoef(STSB_TARGETS, STSB_PREDICTIONS)
+    spearman = metrics.spearman_corrcoef(STSB_TARGETS, STSB_PREDICTIONS)
+    assert pearson == {"pearson_corrcoef": pytest.approx(100 * scipy.stats.pearsonr(STSB_TARGETS, STSB_PREDICTIONS)[0])}
+    assert spearman == {
+        "spearman_corrcoef": pytest.approx(100 * scipy.stats.spearmanr(STSB_TARGETS, STSB_PREDICTIONS)[0])
+    }
+    assert 80 < pearson["pearson_corrcoef"] <= 100
+    assert metrics.pearson_corrcoef(np.array(STSB_TARGETS), np.array(STSB_PREDICTIONS)) == pearson
+
+
+def test_correlation_bad_input():
+    with pytest.raises(T2TError, match="at least 2"):
+        metrics.pearson_corrcoef([1.0], [1.0])
+    with pytest.raises(T2TError, match="postprocess_fn"):
+        metrics.spearman_corrcoef(["3.2", "high"], [1.0, 2.0])
+
+
+def test_matthews_matches_sklearn():
+    expected = 100 * sklearn.metrics.matthews_corrcoef(LABELS, PREDS)
+    assert metrics.matthews_corrcoef(LABELS, PREDS) == {"matthews_corrcoef": pytest.approx(expected)}
+    assert metrics.matthews_corrcoef([0, 1, 1, 0], [0, 1, 1, 0]) == {"matthews_corrcoef": 100.0}
+
+
+def test_f1_score_with_invalid_matches_sklearn_on_valid_predictions():
+    assert metrics.f1_score_with_invalid(LABELS, PREDS) == {
+        "f1": pytest.approx(100 * sklearn.metrics.f1_score(LABELS, PREDS))
+    }
+
+
+def test_f1_score_with_invalid_counts_invalid_as_wrong():
+    targets = np.array([1, 1, 0, 0, 1])
+    predictions = np.array([1, -1, -1, 0, 0])
+    # -1 against target 1 becomes 0 (a miss); -1 against target 0 becomes 1 (a false alarm):
+    # tp = 1, fp = 1, fn = 2 -> precision 1/2, recall 1/3, F1 = 2 * (1/6) / (5/6) = 0.4
+    assert metrics.f1_score_with_invalid(targets, predictions) == {"f1": pytest.approx(40.0)}
+    assert predictions.tolist() == [1, -1, -1, 0, 0]  # the caller's array is untouched
+    assert metrics.f1_score_with_invalid([True, False, True], [True, "maybe", 1.0]) == {"f1": pytest.approx(80.0)}
+
+
+def test_mean_multiclass_f1_matches_sklearn():
+    targets = [0, 1, 2, 0, 0, 1, 2, 2, 0, 1]
+    predictions = [0, 1, 1, 0, -1, 1, 2, 0, 0, 2]
+    fn = metrics.mean_multiclass_f1(num_classes=3)
+    expected = 100 * sklearn.metrics.fbeta_score(targets, predictions, beta=1, labels=[0, 1, 2], average="macro")
+    assert fn(targets, predictions) == {"mean_3class_f1": pytest.approx(expected)}
+    per_class = sklearn.metrics.f1_score(targets, predictions, labels=[0, 1, 2], average=None)
+    assert fn(targets, predictions)["mean_3class_f1"] == pytest.approx(100 * per_class.mean())
+
+
+def test_bleu_matches_sacrebleu_with_t5_settings():
+    expected = sacrebleu.corpus_bleu(
+        TRANSLATIONS,
+        [REFERENCES],
+        smooth_method="exp",
+        smooth_value=0.0,
+        force=False,
+        lowercase=False,
+        tokenize="intl",
+        use_effective_order=False,
+    ).score
+    assert metrics.bleu(REFERENCES, TRANSLATIONS) == {"bleu": pytest.approx(expected)}
+    assert 20 < expected < 100
+    assert metrics.bleu(REFERENCES, REFERENCES) == {"bleu": pytest.approx(100.0)}
+
+
+def test_bleu_multiple_references():
+    second = ["Das Haus ist sehr klein.", "Heute ist der Himmel blau.", "Ich las gestern ein gutes Buch.", None]
+    targets = [[a, b] if b else [a] for a, b in zip(REFERENCES, second)]
+    expected = sacrebleu.corpus_bleu(TRANSLATIONS, [REFERENCES, second], tokenize="intl").score
+    assert metrics.bleu(targets, TRANSLATIONS) == {"bleu": pytest.approx(expected)}
+    assert expected >= metrics.bleu(REFERENCES, TRANSLATIONS)["bleu"]
+
+
+def test_rouge_matches_rouge_score_bootstrap():
+    keys = ["rouge1", "rouge2", "rougeLsum"]
+    scorer = rouge_scorer.RougeScorer(keys)
+    aggregator = scoring.BootstrapAggregator()
+    per_example = []
+    for target, prediction in zip(SUMMARIES, SUMMARY_PREDICTIONS):
+        scores = scorer.score(target.replace(" . ", " .\n"), prediction.replace(" . ", " .\n"))
+        aggregator.add_scores(scores)
+        per_example.append(scores)
+    state = np.random.get_state()
+    np.random.seed(0)
+    expected = {key: 100 * value.mid.fmeasure for key, value in aggregator.aggregate().items()}
+    np.random.set_state(state)
+    before = np.random.get_state()[1].copy()
+    result = metrics.rouge(SUMMARIES, SUMMARY_PREDICTIONS)
+    assert (np.random.get_state()[1] == before).all()  # global random state left alone
+    assert result == {key: pytest.approx(expected[key]) for key in keys}
+    for key in keys:  # the bootstrap median is close to the plain mean of the per-example scores
+        assert result[key] == pytest.approx(100 * np.mean([s[key].fmeasure for s in per_example]), abs=5)
+    assert metrics.rouge(SUMMARIES, SUMMARY_PREDICTIONS) == result  # deterministic
+
+
+def test_rouge_lsum_uses_sentence_splitting():
+    target = "the cat sat . the dog ran ."
+    prediction = "the dog ran . the cat sat ."
+    result = metrics.rouge([target], [prediction], score_keys=["rougeL", "rougeLsum"])
+    assert result["rougeLsum"] == pytest.approx(100.0)
+    assert result["rougeL"] < 100.0
+
+
+def test_squad_normalisation():
+    assert metrics.normalize_squad("The  Eiffel Tower!") == "eiffel tower"
+    assert metrics.normalize_squad("an apple, a pear; the end.") == "apple pear end"
+    assert metrics.normalize_squad("theatre an-other") == "theatre another"  # whole words only
+
+
+def test_squad_em_and_f1():
+    targets = [["Denver Broncos", "The Denver Broncos"], ["Santa Clara, California"], ["1998"]]
+    predictions = ["the Denver Broncos.", "Santa Clara", "in 1999"]
+    result = metrics.squad(targets, predictions)
+    # example 1: exact after normalisation; example 2: precision 1, recall 2/3 -> F1 0.8; example 3: 0
+    assert result == {"em": pytest.approx(100 / 3), "f1": pytest.approx(100 * (1 + 0.8 + 0) / 3)}
+    assert metrics.squad(["Paris"], ["paris"]) == {"em": 100.0, "f1": 100.0}
+
+
+def test_group_metrics():
+    targets = [{"group": "q1", "value": 1}, {"group": "q1", "value": 0}, {"group": "q2", "value": 1}]
+    predictions = [{"value": 1}, {"value": 0}, {"value": 0}]
+    assert metrics.mean_group_metric(metrics.all_match)(targets, predictions) == {"exact_match": 50.0}
+    assert metrics.deduplicate_metric(metrics.accuracy)(targets, predictions) == {"accuracy": 50.0}
+    expected = 100 * sklearn.metrics.f1_score([1, 0, 1], [1, 0, 0])
+    assert metrics.multirc_f1_over_all_answers(targets, predictions) == {"f1": pytest.approx(expected)}
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        metrics.accuracy,
+        metrics.sequence_accuracy,
+        metrics.pearson_corrcoef,
+        metrics.spearman_corrcoef,
+        metrics.matthews_corrcoef,
+        metrics.f1_score_with_invalid,
+        metrics.mean_multiclass_f1(3),
+        metrics.bleu,
+        metrics.rouge,
+        metrics.squad,
+        metrics.all_match,
+    ],
+)
+def test_length_mismatch_and_empty_inputs(fn):
+    with pytest.raises(T2TError, match="2 targets but 1 predictions"):
+        fn(["1", "0"], ["1"])
+    with pytest.raises(T2TError, match="no examples"):
+        fn([], [])
+
+
+def test_unknown_sklearn_metric():
+    with pytest.raises(T2TError, match="no 'not_a_metric'"):
+        metrics.sklearn_metrics_wrapper("not_a_metric")
