@@ -1,0 +1,410 @@
+"""Where raw examples come from: Hugging Face datasets (hub or local), data files, Python data, local GLUE.
+
+Every source has ``splits`` (a tuple, empty when only the dataset itself knows), ``load(split, data_dir)``
+returning an iterable of raw example dicts in source order, ``num_examples(split)`` (a declared size or
+None, never reads data), ``streaming`` and ``describe()``. Hub and file sources go through ``datasets``
+(``load_dataset`` / ``load_from_disk``) so its Arrow cache and streaming do the work.
+
+Relative file paths are resolved against the data dir: ``--data-dir`` / ``data_dir=``, else ``$T2T_DATA_DIR``.
+Data that cannot be found raises :class:`DataNotFoundError` (a ``T2TError``), so a mixture can tell
+"missing" (skippable with ``skip_unavailable``) from "broken" (always an error).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from t2t.errors import T2TError
+
+PathLike = str | os.PathLike
+
+
+class DataNotFoundError(T2TError):
+    """The data for a split could not be found (locally or on the hub)."""
+
+
+def resolve_data_dir(data_dir: PathLike | None = None) -> Path | None:
+    """``data_dir`` if given, else ``$T2T_DATA_DIR``, else None."""
+    value = data_dir if data_dir is not None else os.environ.get("T2T_DATA_DIR") or None
+    return Path(value).expanduser() if value is not None else None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+def _is_not_found(error: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return bool(names & {"FileNotFoundError", "ConnectionError", "DatasetNotFoundError", "OfflineModeIsEnabled",
+                         "DataFilesNotFoundError", "EmptyDatasetError", "HfHubHTTPError"})
+
+
+class Source:
+    """Base class: subclasses set ``splits`` and implement ``load``."""
+
+    splits: tuple[str, ...] = ()
+    streaming: bool = False
+
+    def load(self, split: str, data_dir: PathLike | None = None) -> Iterable[dict]:
+        raise NotImplementedError
+
+    def num_examples(self, split: str) -> int | None:
+        sizes = getattr(self, "sizes", None) or {}
+        return sizes.get(split)
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+# ------------------------------------------------------------------------------------------ Hugging Face
+
+def _load_dataset(path: str, what: str, **kwargs):
+    import datasets
+    try:
+        return datasets.load_dataset(path, **kwargs)
+    except Exception as e:  # datasets raises many types; classify and turn into one sentence
+        cls = DataNotFoundError if _is_not_found(e) else T2TError
+        raise cls(f"could not load {what} with datasets.load_dataset ({_first_line(e)}); check the name, "
+                  f"the files and the network, or use a local copy.") from None
+
+
+class HFDataset(Source):
+    """A dataset on the Hugging Face hub (``path="nyu-mll/glue", name="stsb"``) or a local dataset folder /
+    loading script that ``datasets.load_dataset`` understands. ``split_map`` renames t2t split names to the
+    dataset's; ``streaming=True`` reads without downloading everything (an ``IterableDataset``)."""
+
+    def __init__(self, path: str, name: str | None = None, *, splits: Sequence[str] = (),
+                 split_map: Mapping[str, str] | None = None, streaming: bool = False,
+                 revision: str | None = None, sizes: Mapping[str, int] | None = None, **load_kwargs):
+        self.path, self.name = path, name
+        self.splits = tuple(splits)
+        self.split_map = dict(split_map or {})
+        self.streaming = streaming
+        self.revision = revision
+        self.sizes = dict(sizes or {})
+        self.load_kwargs = load_kwargs
+
+    def load(self, split, data_dir=None):
+        hf_split = self.split_map.get(split, split)
+        return _load_dataset(self.path, f"{self.describe()} split {hf_split!r}", name=self.name,
+                             split=hf_split, streaming=self.streaming, revision=self.revision, **self.load_kwargs)
+
+    def describe(self):
+        return f"Hugging Face dataset {self.path}" + (f" ({self.name})" if self.name else "")
+
+
+class DiskDataset(Source):
+    """A dataset saved with ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` (relative to the data dir)."""
+
+    def __init__(self, path: PathLike, *, splits: Sequence[str] = (), sizes: Mapping[str, int] | None = None):
+        self.path = Path(path)
+        self.splits = tuple(splits)
+        self.sizes = dict(sizes or {})
+
+    def load(self, split, data_dir=None):
+        import datasets
+        path = _resolve(self.path, data_dir)
+        if not path.exists():
+            raise DataNotFoundError(f"no saved dataset at {path}; create it with save_to_disk or pass the right "
+                                    f"--data-dir.")
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except Exception as e:
+            raise T2TError(f"could not read the saved dataset at {path} ({_first_line(e)}); re-save it with "
+                           f"save_to_disk.") from None
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise T2TError(f"the saved dataset at {path} has no split {split!r}; it has "
+                               f"{', '.join(ds)}.")
+            return ds[split]
+        if split != "train":
+            raise T2TError(f"the saved dataset at {path} is a single Dataset, used as split 'train'; save a "
+                           f"DatasetDict to have split {split!r}.")
+        return ds
+
+    def describe(self):
+        return f"saved dataset {self.path}"
+
+
+class DataFiles(Source):
+    """JSON lines, CSV, TSV or plain-text files read with the ``datasets`` builders (cached as Arrow).
+
+    ``files`` maps each split to a path, a glob or a list of them; relative paths are taken from the data dir.
+    Text files give one example ``{"text": line}`` per line.
+    """
+
+    BUILDERS = {"jsonl": ("json", {}), "json": ("json", {}), "csv": ("csv", {}), "tsv": ("csv", {"sep": "\t"}),
+                "text": ("text", {})}
+
+    def __init__(self, files: Mapping[str, PathLike | Sequence[PathLike]], format: str, *,
+                 sizes: Mapping[str, int] | None = None, **builder_kwargs):
+        if format not in self.BUILDERS:
+            raise T2TError(f"unknown data file format {format!r}; use one of {', '.join(self.BUILDERS)}.")
+        if isinstance(files, (str, os.PathLike)):
+            files = {"train": files}
+        self.files = {split: ([p] if isinstance(p, (str, os.PathLike)) else list(p)) for split, p in files.items()}
+        self.format = format
+        self.splits = tuple(self.files)
+        self.sizes = dict(sizes or {})
+        self.builder_kwargs = builder_kwargs
+
+    def paths(self, split: str, data_dir: PathLike | None = None) -> list[str]:
+        if split not in self.files:
+            raise T2TError(f"{self.describe()} has no split {split!r}; it has {', '.join(self.files)}.")
+        out = []
+        for p in self.files[split]:
+            path = _resolve(Path(p), data_dir)
+            matches = sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else [path]
+            if not matches or not all(m.is_file() for m in matches):
+                where = "" if Path(p).is_absolute() else f" (relative paths are taken from the data dir " \
+                                                         f"{resolve_data_dir(data_dir) or 'unset'})"
+                raise DataNotFoundError(f"{self.format} file {path} for split {split!r} does not exist{where}; "
+                                        f"check the path or pass --data-dir.")
+            out += [str(m) for m in matches]
+        return out
+
+    def load(self, split, data_dir=None):
+        builder, defaults = self.BUILDERS[self.format]
+        paths = self.paths(split, data_dir)
+        return _load_dataset(builder, f"{self.format} files {', '.join(paths)}", data_files={split: paths},
+                             split=split, **{**defaults, **self.builder_kwargs})
+
+    def describe(self):
+        shown = "; ".join(f"{s}: {', '.join(map(str, p))}" for s, p in self.files.items())
+        return f"{self.format} files ({shown})"
+
+
+def JsonlFiles(files, **kwargs) -> DataFiles:
+    """JSON-lines files, one example object per line."""
+    return DataFiles(files, "jsonl", **kwargs)
+
+
+def CsvFiles(files, **kwargs) -> DataFiles:
+    return DataFiles(files, "csv", **kwargs)
+
+
+def TsvFiles(files, **kwargs) -> DataFiles:
+    return DataFiles(files, "tsv", **kwargs)
+
+
+def TextFiles(files, **kwargs) -> DataFiles:
+    """Plain-text files, one ``{"text": line}`` example per line."""
+    return DataFiles(files, "text", **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ Python data
+
+class InMemorySource(Source):
+    """Examples held in Python lists: ``InMemorySource({"train": [{...}, ...], "validation": [...]})``."""
+
+    def __init__(self, examples: Mapping[str, Sequence[Mapping]]):
+        self.examples = {split: [dict(e) for e in rows] for split, rows in examples.items()}
+        self.splits = tuple(self.examples)
+
+    def load(self, split, data_dir=None):
+        if split not in self.examples:
+            raise T2TError(f"in-memory source has no split {split!r}; it has {', '.join(self.examples)}.")
+        return [dict(e) for e in self.examples[split]]
+
+    def num_examples(self, split):
+        return len(self.examples[split]) if split in self.examples else None
+
+    def describe(self):
+        return "in-memory examples"
+
+
+class GeneratorSource(Source):
+    """Examples made by a Python function: ``fn(split) -> iterable of dicts`` (called afresh for each pass)."""
+
+    def __init__(self, fn: Callable[[str], Iterable[Mapping]], splits: Sequence[str] = ("train",),
+                 sizes: Mapping[str, int] | None = None):
+        self.fn = fn
+        self.splits = tuple(splits)
+        self.sizes = dict(sizes or {})
+
+    def load(self, split, data_dir=None):
+        return (dict(e) for e in self.fn(split))
+
+    def describe(self):
+        return f"generator {getattr(self.fn, '__name__', repr(self.fn))}"
+
+
+# ------------------------------------------------------------------------------------------ local GLUE
+
+GLUE_HUB_ID = "nyu-mll/glue"
+
+# Label names per HF/TFDS GLUE config (class id = position); stsb is a regression task.
+GLUE_LABELS = {
+    "cola": ("unacceptable", "acceptable"),
+    "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"),
+    "qqp": ("not_duplicate", "duplicate"),
+    "stsb": None,
+    "mnli": ("entailment", "neutral", "contradiction"),
+    "mnli_matched": ("entailment", "neutral", "contradiction"),
+    "mnli_mismatched": ("entailment", "neutral", "contradiction"),
+    "qnli": ("entailment", "not_entailment"),
+    "rte": ("entailment", "not_entailment"),
+    "wnli": ("not_entailment", "entailment"),
+    "ax": ("entailment", "neutral", "contradiction"),
+}
+
+# Split sizes of HF nyu-mll/glue (== TFDS glue), so listings and rates need no data.
+GLUE_SIZES = {
+    "cola": {"train": 8551, "validation": 1043, "test": 1063},
+    "sst2": {"train": 67349, "validation": 872, "test": 1821},
+    "mrpc": {"train": 3668, "validation": 408, "test": 1725},
+    "qqp": {"train": 363846, "validation": 40430, "test": 390965},
+    "stsb": {"train": 5749, "validation": 1500, "test": 1379},
+    "mnli": {"train": 392702, "validation_matched": 9815, "validation_mismatched": 9832,
+             "test_matched": 9796, "test_mismatched": 9847},
+    "mnli_matched": {"validation": 9815, "test": 9796},
+    "mnli_mismatched": {"validation": 9832, "test": 9847},
+    "qnli": {"train": 104743, "validation": 5463, "test": 5463},
+    "rte": {"train": 2490, "validation": 277, "test": 3000},
+    "wnli": {"train": 635, "validation": 71, "test": 146},
+    "ax": {"test": 1104},
+}
+
+_STD = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
+# config → (folder under DIR/glue, {split: file}), as GLUE's download_glue_data.py writes them.
+GLUE_FILES = {
+    "cola": ("CoLA", _STD), "sst2": ("SST-2", _STD), "mrpc": ("MRPC", _STD), "qqp": ("QQP", _STD),
+    "stsb": ("STS-B", _STD), "qnli": ("QNLI", _STD), "rte": ("RTE", _STD), "wnli": ("WNLI", _STD),
+    "mnli": ("MNLI", {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
+                      "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
+                      "test_mismatched": "test_mismatched.tsv"}),
+    "mnli_matched": ("MNLI", {"validation": "dev_matched.tsv", "test": "test_matched.tsv"}),
+    "mnli_mismatched": ("MNLI", {"validation": "dev_mismatched.tsv", "test": "test_mismatched.tsv"}),
+    "ax": ("diagnostic", {"test": "diagnostic.tsv"}),
+}
+_AX_FOLDERS = ("diagnostic", "AX")
+
+# config → {HF field: TSV column name}; the label column is named separately.
+_GLUE_COLUMNS = {
+    "cola": ({"sentence": "sentence"}, "label"),
+    "sst2": ({"sentence": "sentence"}, "label"),
+    "mrpc": ({"sentence1": "#1 String", "sentence2": "#2 String"}, "Quality"),
+    "qqp": ({"question1": "question1", "question2": "question2"}, "is_duplicate"),
+    "stsb": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "score"),
+    "mnli": ({"premise": "sentence1", "hypothesis": "sentence2"}, "gold_label"),
+    "qnli": ({"question": "question", "sentence": "sentence"}, "label"),
+    "rte": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "label"),
+    "wnli": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "label"),
+    "ax": ({"premise": "sentence1", "hypothesis": "sentence2"}, "label"),
+}
+_GLUE_COLUMNS["mnli_matched"] = _GLUE_COLUMNS["mnli_mismatched"] = _GLUE_COLUMNS["mnli"]
+_COLA_NO_HEADER = ("source", "label", "original_label", "sentence")  # CoLA train/dev have no header line
+
+
+def read_glue_tsv(path: PathLike, config: str) -> Iterator[dict]:
+    """Rows of one local GLUE TSV as HF ``nyu-mll/glue`` dicts (fields, int label or float score, ``idx``).
+
+    Read with ``csv`` and ``QUOTE_NONE`` (fields may begin with a quote), ``utf-8-sig`` (MRPC has a BOM);
+    a row with the wrong number of fields or a label outside the task's label set is an error naming the
+    file and line. Unlabeled rows (test files) get ``label = -1``.
+    """
+    path = Path(path)
+    fields, label_col = _GLUE_COLUMNS[config]
+    labels = GLUE_LABELS[config]
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        if config == "cola" and path.name != "test.tsv":
+            header = list(_COLA_NO_HEADER)
+        else:
+            header = next(reader, None)
+            if header is None:
+                raise T2TError(f"GLUE file {path} is empty; re-download it.")
+        missing = [c for c in fields.values() if c not in header]
+        if missing:
+            raise T2TError(f"GLUE file {path} has no column {missing[0]!r} in its header line ({' / '.join(header)}); "
+                           f"re-download it with GLUE's download script.")
+        cols = {name: header.index(col) for name, col in fields.items()}
+        label_at = header.index(label_col) if label_col in header else None
+        idx = 0
+        for row in reader:
+            if len(row) != len(header):
+                raise T2TError(f"GLUE file {path} line {reader.line_num} has {len(row)} tab-separated fields "
+                               f"instead of {len(header)}; fix or re-download the file.")
+            example = {name: row[i] for name, i in cols.items()}
+            example["label"] = -1 if label_at is None else _glue_label(row[label_at], labels, path, reader.line_num)
+            example["idx"] = idx
+            idx += 1
+            yield example
+
+
+def _glue_label(text: str, labels: tuple[str, ...] | None, path: Path, line: int):
+    try:
+        if labels is None:  # STS-B similarity score
+            return float(text)
+        if text in labels:
+            return labels.index(text)
+        value = int(text)
+        if 0 <= value < len(labels):
+            return value
+    except ValueError:
+        pass
+    allowed = "a number" if labels is None else f"one of {', '.join(labels)} or 0..{len(labels) - 1}"
+    raise T2TError(f"GLUE file {path} line {line} has label {text!r}, expected {allowed}; fix or re-download "
+                   f"the file.")
+
+
+class GlueSource(Source):
+    """A GLUE config (``cola``, ``sst2``, ..., ``mnli_matched``, ``ax``) read from ``DIR/glue/<Task>/*.tsv``
+    when the file is there, else from the hub (``nyu-mll/glue``); both give the same dict shape."""
+
+    def __init__(self, config: str, hub_path: str = GLUE_HUB_ID):
+        if config not in GLUE_FILES:
+            raise T2TError(f"unknown GLUE config {config!r}; use one of {', '.join(GLUE_FILES)}.")
+        self.config = config
+        self.hub_path = hub_path
+        self.splits = tuple(GLUE_FILES[config][1])
+        self.sizes = dict(GLUE_SIZES[config])
+
+    def local_path(self, split: str, data_dir: PathLike | None = None) -> Path | None:
+        """The local TSV for ``split`` (existing or not), or None without a data dir."""
+        root = resolve_data_dir(data_dir)
+        if root is None:
+            return None
+        folder, files = GLUE_FILES[self.config]
+        candidates = [root / "glue" / f / files[split] for f in (_AX_FOLDERS if self.config == "ax" else (folder,))]
+        return next((c for c in candidates if c.is_file()), candidates[0])
+
+    def available(self, split: str, data_dir: PathLike | None = None) -> bool | None:
+        """True when the local TSV exists; None (unknown: the hub may have it) otherwise."""
+        path = self.local_path(split, data_dir)
+        return True if path is not None and path.is_file() else None
+
+    def load(self, split, data_dir=None):
+        if split not in self.splits:
+            raise T2TError(f"GLUE {self.config} has no split {split!r}; it has {', '.join(self.splits)}.")
+        path = self.local_path(split, data_dir)
+        if path is not None and path.is_file():
+            return read_glue_tsv(path, self.config)
+        try:
+            return _load_dataset(self.hub_path, f"{self.hub_path} ({self.config})", name=self.config, split=split)
+        except T2TError as e:
+            hub = str(e).split(" with datasets.load_dataset ")[-1].split(";")[0]
+            if path is None:
+                where = "no data dir is set (--data-dir or T2T_DATA_DIR)"
+            else:
+                where = f"{path} does not exist"
+            raise DataNotFoundError(
+                f"no GLUE {self.config} {split} data: {where}, and the hub copy {self.hub_path}/{self.config} "
+                f"could not be loaded {hub}; put GLUE (download_glue_data.py layout) under <data dir>/glue/ "
+                f"and pass --data-dir or set T2T_DATA_DIR.") from None
+
+    def describe(self):
+        return f"GLUE {self.config} (local <data dir>/glue/{GLUE_FILES[self.config][0]} or hub {self.hub_path})"
+
+
+def _resolve(path: Path, data_dir: PathLike | None) -> Path:
+    path = Path(path).expanduser()
+    if path.is_absolute():
+        return path
+    root = resolve_data_dir(data_dir)
+    return (root / path) if root is not None else path
