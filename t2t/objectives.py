@@ -1,0 +1,338 @@
+"""Unsupervised objectives of the T5 paper (§3.1.4, §3.3; Tables 3, 4, 5, 7) on token ids, in numpy.
+
+Every objective is a function ``fn(tokens, *, vocab_size, rng, **options) -> {"inputs": ids, "targets": ids}``
+where ``tokens`` is one chunk of unlabelled text as token ids (no EOS; the pipeline appends EOS to both
+features afterwards) and ``rng`` is a ``numpy.random.Generator``. They are built, as in t5's ``denoise``,
+from three kinds of parts that are public here so tests (and users) can apply a chosen mask:
+
+- a noise mask (which tokens are corrupted): ``random_spans_noise_mask``, ``iid_noise_mask``,
+  ``random_prefix_noise_mask``;
+- an inputs function (how the corruption shows in the inputs): ``noise_span_to_unique_sentinel``,
+  ``noise_token_to_sentinel``, ``noise_token_to_random_token_or_sentinel``, ``drop_noise_tokens``, ...;
+- a targets function: ``nonnoise_span_to_unique_sentinel``, ``drop_nonnoise_tokens``, or the original text.
+
+The arithmetic follows t5's ``t5/data/preprocessors.py``:
+
+- Sentinels are numbered from the end of the vocabulary: the k-th span of a sequence gets
+  ``vocab_size - 1 - k`` (``<extra_id_k>``), in inputs and targets alike.
+- Targets are built by t5's ``nonnoise_span_to_unique_sentinel``: the original text with each *kept* span
+  replaced by one sentinel. A random-spans mask starts with kept tokens and ends with noise, so span
+  corruption's targets are ``<X> span_0 <Y> span_1 ...`` with no closing sentinel (that is what makes
+  ``random_spans_helper(512, .15, 3) == (568, 114)`` exact). An i.i.d. mask may end on kept tokens; then
+  the targets end with a sentinel, as in the paper's Table 3 (``<X> for inviting <Y> last <Z>``). If an
+  i.i.d. mask starts with noise, the targets start with the noise tokens and their sentinels are shifted by
+  one against the inputs' -- t5's own behaviour for its i.i.d. baseline, kept for faithfulness;
+  ``restore_from_span_corruption`` still restores the text exactly.
+- The "mask token" of the BERT- and MASS-style objectives is t5's ``sentinel_id(vocabulary)``, i.e.
+  ``vocab_size - 1`` (the id of ``<extra_id_0>``); BERT-style's random replacement draws uniformly from
+  ``[3, vocab_size)`` (t5's ``num_reserved_tokens=3`` skips pad/eos/unk; sentinel ids can be drawn, as in t5).
+- Counts are rounded as t5 does: Python's ``round`` in ``random_spans_helper`` and float32 round-half-even
+  in ``random_spans_noise_mask`` (TensorFlow's ``tf.round`` on float32).
+- More than ``extra_ids`` spans in one sequence (e.g. 50% i.i.d. noise on 512 tokens) makes the sentinel ids
+  run into ordinary pieces, exactly as in t5; the paper's settings stay below 100 spans for 15% noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from t2t.errors import T2TError
+
+Tokens = Sequence[int] | np.ndarray
+Objective = Callable[..., dict[str, np.ndarray]]
+
+# t5's noise_token_to_random_token skips pad (0), eos (1) and unk (2) when drawing a random token.
+NUM_RESERVED_TOKENS = 3
+
+
+def _as_ids(tokens: Tokens) -> np.ndarray:
+    ids = np.asarray(tokens, dtype=np.int64)
+    if ids.ndim != 1:
+        raise T2TError(f"objectives take one 1-d sequence of token ids, got shape {ids.shape}; pass one "
+                       f"example's ids at a time.")
+    return ids
+
+
+def _check_density(noise_density: float, mean_noise_span_length: float | None = None) -> None:
+    if not 0.0 < noise_density < 1.0:
+        raise T2TError(f"noise_density must lie strictly between 0 and 1, got {noise_density}; pass a "
+                       f"corruption rate such as 0.15.")
+    if mean_noise_span_length is not None and mean_noise_span_length < 1.0:
+        raise T2TError(f"mean_noise_span_length must be at least 1, got {mean_noise_span_length}; pass a "
+                       f"mean span length such as 3.0.")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Lengths
+
+
+def random_spans_helper(inputs_length: int, noise_density: float, mean_noise_span_length: float,
+                        extra_tokens_per_span_inputs: int = 1,
+                        extra_tokens_per_span_targets: int = 1) -> tuple[int, int]:
+    """(tokens_length, targets_length) so that span corruption of ``tokens_length`` raw tokens fills
+    ``inputs_length`` exactly; both inputs and targets lengths count the EOS the pipeline appends.
+
+    t5's arithmetic: the largest raw length whose inputs (kept tokens + one sentinel per noise span + EOS)
+    still fit, and the matching targets length (noise tokens + one sentinel per span + EOS).
+    ``random_spans_helper(512, 0.15, 3.0) == (568, 114)``.
+    """
+    if inputs_length < 2:
+        raise T2TError(f"inputs_length must be at least 2 for span corruption, got {inputs_length}; pass "
+                       f"the encoder length such as 512.")
+    _check_density(noise_density, mean_noise_span_length)
+
+    def lengths(tokens_length: int) -> tuple[int, int]:
+        num_noise_tokens = int(round(tokens_length * noise_density))
+        num_nonnoise_tokens = tokens_length - num_noise_tokens
+        num_noise_spans = int(round(num_noise_tokens / mean_noise_span_length))
+        return (num_nonnoise_tokens + num_noise_spans * extra_tokens_per_span_inputs + 1,
+                num_noise_tokens + num_noise_spans * extra_tokens_per_span_targets + 1)
+
+    tokens_length = inputs_length - 1
+    while lengths(tokens_length + 1)[0] <= inputs_length:
+        tokens_length += 1
+    _, targets_length = lengths(tokens_length)
+    # t5: at density 0.5 shave one token so the targets length equals the (round) inputs length.
+    if noise_density == 0.5 and targets_length > inputs_length:
+        tokens_length -= 1
+        targets_length -= 1
+    return tokens_length, targets_length
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Noise masks: length -> bool[length], True = corrupted
+
+
+def _random_segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:
+    """Split ``num_items`` into ``num_segments`` non-empty parts, every composition equally likely."""
+    cuts = np.sort(rng.choice(num_items - 1, size=num_segments - 1, replace=False)) + 1
+    return np.diff(np.concatenate(([0], cuts, [num_items])))
+
+
+def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
+                            rng: np.random.Generator) -> np.ndarray:
+    """t5's span mask: ``round(length * density)`` noise tokens (clipped to [1, length-1]) in
+    ``max(1, round(noise_tokens / mean_span))`` spans; kept and noise spans alternate, kept first, with the
+    span lengths drawn as uniform random compositions. Deterministic counts, random placement.
+
+    Where the counts allow fewer kept than noise spans (only very short sequences at high density; t5
+    fails there), the number of spans is lowered to what fits.
+    """
+    _check_density(noise_density, mean_noise_span_length)
+    orig_length = int(length)
+    length = max(orig_length, 2)
+    num_noise_tokens = int(np.round(np.float32(length) * np.float32(noise_density)))
+    num_noise_tokens = min(max(num_noise_tokens, 1), length - 1)
+    num_noise_spans = int(np.round(np.float32(num_noise_tokens) / np.float32(mean_noise_span_length)))
+    num_nonnoise_tokens = length - num_noise_tokens
+    num_noise_spans = max(min(num_noise_spans, num_noise_tokens, num_nonnoise_tokens), 1)
+
+    noise_lengths = _random_segmentation(num_noise_tokens, num_noise_spans, rng)
+    nonnoise_lengths = _random_segmentation(num_nonnoise_tokens, num_noise_spans, rng)
+    interleaved = np.stack([nonnoise_lengths, noise_lengths], axis=1).reshape(-1)
+    span_starts = np.cumsum(interleaved)[:-1]
+    starts = np.zeros(length, dtype=np.int64)
+    starts[span_starts] = 1
+    is_noise = np.cumsum(starts) % 2 == 1
+    return is_noise[:orig_length]
+
+
+def iid_noise_mask(length: int, noise_density: float, rng: np.random.Generator) -> np.ndarray:
+    """Each token is noise independently with probability ``noise_density`` (t5's ``iid_noise_mask``)."""
+    _check_density(noise_density)
+    return rng.random(int(length)) < noise_density
+
+
+def random_prefix_noise_mask(length: int, rng: np.random.Generator) -> np.ndarray:
+    """True on a prefix whose length is uniform in [1, length-1] (t5's ``random_prefix_noise_mask``)."""
+    max_input_tokens = int(length) - 1
+    min_input_tokens = min(max_input_tokens, 1)
+    num_input_tokens = int(rng.integers(min_input_tokens, max_input_tokens + 1))
+    return np.arange(length) < num_input_tokens
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs / targets functions: (tokens, noise_mask, ...) -> ids
+
+
+def _span_starts(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    previous = np.concatenate(([False], mask[:-1]))
+    return mask & ~previous, mask & previous
+
+
+def noise_span_to_unique_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Replace the k-th run of noise tokens by the single sentinel ``vocab_size - 1 - k``."""
+    ids = _as_ids(tokens)
+    first, subsequent = _span_starts(np.asarray(noise_mask, dtype=bool))
+    sentinels = vocab_size - np.cumsum(first)
+    return np.where(first, sentinels, ids)[~subsequent]
+
+
+def nonnoise_span_to_unique_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Replace the k-th run of kept tokens by the sentinel ``vocab_size - 1 - k`` (t5's targets)."""
+    return noise_span_to_unique_sentinel(tokens, ~np.asarray(noise_mask, dtype=bool), vocab_size)
+
+
+def drop_noise_tokens(tokens: Tokens, noise_mask: np.ndarray) -> np.ndarray:
+    """Keep only the non-noise tokens."""
+    return _as_ids(tokens)[~np.asarray(noise_mask, dtype=bool)]
+
+
+def drop_nonnoise_tokens(tokens: Tokens, noise_mask: np.ndarray) -> np.ndarray:
+    """Keep only the noise tokens."""
+    return _as_ids(tokens)[np.asarray(noise_mask, dtype=bool)]
+
+
+def mask_token_id(vocab_size: int) -> int:
+    """The BERT/MASS-style mask token: t5's ``sentinel_id(vocabulary)``, the id of ``<extra_id_0>``."""
+    return vocab_size - 1
+
+
+def noise_token_to_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Replace every noise token by the mask token (same length as ``tokens``)."""
+    return np.where(np.asarray(noise_mask, dtype=bool), mask_token_id(vocab_size), _as_ids(tokens))
+
+
+def noise_token_to_random_token_or_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int,
+                                            rng: np.random.Generator, random_prob: float = 0.1,
+                                            num_reserved_tokens: int = NUM_RESERVED_TOKENS) -> np.ndarray:
+    """Each noise token becomes a random id in ``[num_reserved_tokens, vocab_size)`` with probability
+    ``random_prob``, else the mask token (t5's BERT-style corruption: 90% mask, 10% random)."""
+    ids = _as_ids(tokens)
+    mask = np.asarray(noise_mask, dtype=bool)
+    use_random = rng.random(ids.shape[0]) < random_prob
+    random_ids = rng.integers(num_reserved_tokens, vocab_size, size=ids.shape[0])
+    masked = np.where(mask, mask_token_id(vocab_size), ids)
+    return np.where(mask & use_random, random_ids, masked)
+
+
+def restore_from_span_corruption(inputs: Tokens, targets: Tokens, vocab_size: int,
+                                 num_sentinels: int = 100) -> np.ndarray:
+    """The original tokens from sentinel-delimited inputs and targets (the two are complementary: each
+    replaces the other's spans by sentinels). Ids ``>= vocab_size - num_sentinels`` count as sentinels; a
+    trailing EOS (id 1) on either side is ignored."""
+    def pieces(ids: np.ndarray) -> list[np.ndarray]:
+        if ids.size and ids[-1] == 1:
+            ids = ids[:-1]
+        parts = np.split(ids, np.flatnonzero(ids >= vocab_size - num_sentinels))
+        return [parts[0]] + [p[1:] for p in parts[1:]]  # drop the sentinel that opens each piece
+
+    inputs, targets = _as_ids(inputs), _as_ids(targets)
+    kept, noise = pieces(inputs), pieces(targets)
+    # A text that starts with kept tokens reads kept[0] noise[1] kept[1] noise[2] ...; one that starts with
+    # noise (its inputs open with a sentinel) reads noise[0] kept[1] noise[1] kept[2] ...
+    first, second = (noise, kept) if inputs.size and inputs[0] >= vocab_size - num_sentinels else (kept, noise)
+    order = []
+    for k in range(max(len(first), len(second))):
+        if k < len(first):
+            order.append(first[k])
+        if k + 1 < len(second):
+            order.append(second[k + 1])
+    return np.concatenate(order).astype(np.int64) if order else np.zeros(0, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Objectives: tokens -> {"inputs", "targets"}
+
+
+def random_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noise_density: float = 0.15,
+                 mean_noise_span_length: float = 3.0) -> dict[str, np.ndarray]:
+    """Span corruption at any corruption rate and mean span length (Tables 6 and 7): random-span mask,
+    each noise span → one unique sentinel in the inputs, targets = sentinel + span for every span."""
+    ids = _as_ids(tokens)
+    if ids.size == 0:
+        return {"inputs": ids, "targets": ids.copy()}
+    mask = random_spans_noise_mask(ids.size, noise_density, mean_noise_span_length, rng)
+    return {"inputs": noise_span_to_unique_sentinel(ids, mask, vocab_size),
+            "targets": nonnoise_span_to_unique_sentinel(ids, mask, vocab_size)}
+
+
+def span_corruption(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noise_density: float = 0.15,
+                    mean_noise_span_length: float = 3.0) -> dict[str, np.ndarray]:
+    """T5's final pre-training objective (§3.3.4): 15% of the tokens in spans of mean length 3.
+
+    With ``random_spans_helper(512, .15, 3.)[0] == 568`` raw tokens, the inputs have 511 ids and the targets
+    113 (512 and 114 once the pipeline appends EOS)."""
+    return random_spans(tokens, vocab_size=vocab_size, rng=rng, noise_density=noise_density,
+                        mean_noise_span_length=mean_noise_span_length)
+
+
+def iid_noise_replace_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
+                            noise_density: float = 0.15) -> dict[str, np.ndarray]:
+    """Table 3 "i.i.d. noise, replace spans" (t5's ``iid_denoising`` baseline, §3.1.4): i.i.d. token noise,
+    each run of noise tokens → one unique sentinel; targets = the runs delimited by the sentinels."""
+    ids = _as_ids(tokens)
+    mask = iid_noise_mask(ids.size, noise_density, rng)
+    return {"inputs": noise_span_to_unique_sentinel(ids, mask, vocab_size),
+            "targets": nonnoise_span_to_unique_sentinel(ids, mask, vocab_size)}
+
+
+def iid_noise_drop(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
+                   noise_density: float = 0.15) -> dict[str, np.ndarray]:
+    """Table 3 "i.i.d. noise, drop tokens" (§3.3.2): noise tokens are removed from the inputs and the
+    targets are the removed tokens in order, without sentinels ("for inviting last")."""
+    del vocab_size
+    ids = _as_ids(tokens)
+    mask = iid_noise_mask(ids.size, noise_density, rng)
+    return {"inputs": drop_noise_tokens(ids, mask), "targets": drop_nonnoise_tokens(ids, mask)}
+
+
+def bert_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noise_density: float = 0.15,
+               random_prob: float = 0.1) -> dict[str, np.ndarray]:
+    """Table 3 "BERT-style" (§3.3.1): 15% i.i.d. noise; 90% of the noise tokens become the mask token
+    (``vocab_size - 1``), 10% a random token; the targets are the original text."""
+    ids = _as_ids(tokens)
+    mask = iid_noise_mask(ids.size, noise_density, rng)
+    inputs = noise_token_to_random_token_or_sentinel(ids, mask, vocab_size, rng, random_prob=random_prob)
+    return {"inputs": inputs, "targets": ids.copy()}
+
+
+def mass_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
+               noise_density: float = 0.15) -> dict[str, np.ndarray]:
+    """Table 3/4 "MASS-style": BERT-style without random replacement (every noise token → mask token)."""
+    ids = _as_ids(tokens)
+    mask = iid_noise_mask(ids.size, noise_density, rng)
+    return {"inputs": noise_token_to_sentinel(ids, mask, vocab_size), "targets": ids.copy()}
+
+
+def deshuffling(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Table 3 "Deshuffling" (§3.3.1): the inputs are the tokens in random order, the targets the original."""
+    del vocab_size
+    ids = _as_ids(tokens)
+    return {"inputs": rng.permutation(ids), "targets": ids.copy()}
+
+
+def prefix_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Table 3 "Prefix language modeling" (§3.3.1): split the span at a uniformly random point in
+    [1, len-1]; the prefix is the inputs, the continuation the targets."""
+    del vocab_size
+    ids = _as_ids(tokens)
+    mask = random_prefix_noise_mask(ids.size, rng)
+    return {"inputs": drop_nonnoise_tokens(ids, mask), "targets": drop_noise_tokens(ids, mask)}
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "span_corruption": span_corruption,
+    "random_spans": random_spans,
+    "iid_noise_replace_spans": iid_noise_replace_spans,
+    "iid_noise_drop": iid_noise_drop,
+    "bert_style": bert_style,
+    "mass_style": mass_style,
+    "deshuffling": deshuffling,
+    "prefix_lm": prefix_lm,
+}
+
+
+def tokens_length_for(objective: Objective, inputs_length: int, noise_density: float = 0.15,
+                      mean_noise_span_length: float = 3.0) -> int:
+    """How many raw tokens one example of ``objective`` should hold for an encoder of ``inputs_length``.
+
+    Span corruption: ``random_spans_helper(...)[0]`` (inputs come out exactly full). Everything else:
+    ``inputs_length - 1`` (t5's ``split_tokens_to_inputs_length``, one slot left for EOS)."""
+    if objective in (span_corruption, random_spans):
+        return random_spans_helper(inputs_length, noise_density, mean_noise_span_length)[0]
+    if inputs_length < 2:
+        raise T2TError(f"inputs_length must be at least 2, got {inputs_length}; pass the encoder length.")
+    return inputs_length - 1
