@@ -1,0 +1,192 @@
+"""Decoding with a T5 model: greedy, beam search, sampling, and scoring (rank classification).
+
+All functions take the model and a LongTensor of encoder tokens [B, S] (0 = padding, rows may be ragged).
+Decoding runs the encoder once, computes every decoder layer's cross-attention keys/values once, and keeps
+the decoder self-attention keys/values in buffers preallocated to ``max_new_tokens`` (``T5.init_cache`` /
+``T5.decode_step``). Outputs are [B, ≤max_new_tokens] ids without the start token, EOS included where
+produced and padding (0) after it; decoding stops early once every row has produced EOS.
+
+``generate`` picks the method: ``num_beams > 1`` → beam search; ``temperature > 0`` → sampling;
+otherwise greedy (t5x's convention: temperature 0 is greedy).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
+
+
+@torch.no_grad()
+def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 1,
+             alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             generator: torch.Generator | None = None, min_new_tokens: int = 0) -> torch.Tensor:
+    """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen."""
+    if num_beams > 1:
+        return beam_search(model, encoder_input_tokens, max_new_tokens, num_beams=num_beams, alpha=alpha,
+                           min_new_tokens=min_new_tokens)
+    if temperature > 0:
+        return sample(model, encoder_input_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
+                      top_p=top_p, generator=generator, min_new_tokens=min_new_tokens)
+    return greedy(model, encoder_input_tokens, max_new_tokens, min_new_tokens=min_new_tokens)
+
+
+@torch.no_grad()
+def greedy(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *,
+           min_new_tokens: int = 0) -> torch.Tensor:
+    """Arg-max decoding."""
+    return _decode_loop(model, encoder_input_tokens, max_new_tokens, lambda logits: logits.argmax(-1),
+                        min_new_tokens)
+
+
+@torch.no_grad()
+def sample(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
+           min_new_tokens: int = 0) -> torch.Tensor:
+    """Ancestral sampling from softmax(logits / temperature), optionally restricted to the ``top_k`` most
+    likely tokens and/or the smallest set whose probability reaches ``top_p`` (nucleus). Pass a seeded
+    ``torch.Generator`` (on the model's device) for reproducible samples."""
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float() / temperature
+        if top_k > 0:
+            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if top_p < 1.0:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            probs = sorted_logits.softmax(-1)
+            # drop a token when the tokens ranked above it already reach top_p (the first is always kept)
+            drop_sorted = probs.cumsum(-1) - probs >= top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+    return _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens)
+
+
+def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens) -> torch.Tensor:
+    cfg = model.config
+    B = encoder_input_tokens.shape[0]
+    enc = model.encode(encoder_input_tokens)
+    cache = model.init_cache(enc, encoder_input_tokens, max_new_tokens)
+    tokens = torch.full((B,), cfg.decoder_start_id, dtype=torch.long, device=enc.device)
+    out = torch.full((B, max_new_tokens), cfg.pad_id, dtype=torch.long, device=enc.device)
+    done = torch.zeros(B, dtype=torch.bool, device=enc.device)
+    for t in range(max_new_tokens):
+        logits = model.decode_step(tokens, cache)  # [B, V]
+        if t < min_new_tokens:
+            logits[:, cfg.eos_id] = float("-inf")
+        tokens = pick(logits).masked_fill(done, cfg.pad_id)  # [B]
+        out[:, t] = tokens
+        done |= tokens == cfg.eos_id
+        if bool(done.all()):
+            return out[:, :t + 1]
+    return out
+
+
+def t5_length_penalty(alpha: float) -> Callable[[int], float]:
+    """T5 / t5x / GNMT brevity penalty: a finished hypothesis of ``length`` tokens (EOS included) scores
+    ``sum(log p) / ((5 + length) / 6) ** alpha``."""
+    return lambda length: ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 4,
+                alpha: float = 0.6, length_penalty: Callable[[int], float] | None = None,
+                min_new_tokens: int = 0) -> torch.Tensor:
+    """Beam search returning the best finished hypothesis per row.
+
+    Each step scores all ``num_beams × vocab`` continuations, takes the best ``2·num_beams``; the best
+    ``num_beams`` of those that did not just end become the live beams, and those among the best
+    ``num_beams`` that end with EOS (or reach ``max_new_tokens``) compete for the ``num_beams`` finished slots
+    with score ``sum(log p) / length_penalty(length)`` (default :func:`t5_length_penalty` with ``alpha``).
+    A row stops once its finished slots are full and no live beam can still beat the worst of them; the
+    search ends when every row has stopped. This is the canonical search (HF's ``early_stopping="never"``);
+    with HF's penalty (``length ** alpha``) it returns what ``transformers`` returns.
+    """
+    cfg = model.config
+    lp = length_penalty or t5_length_penalty(alpha)
+    B, K, N = encoder_input_tokens.shape[0], num_beams, max_new_tokens
+    device = encoder_input_tokens.device
+
+    enc_tokens = encoder_input_tokens.repeat_interleave(K, dim=0)  # [B*K, S]
+    enc = model.encode(encoder_input_tokens).repeat_interleave(K, dim=0)  # [B*K, S, d]
+    cache = model.init_cache(enc, enc_tokens, N)
+    tokens = torch.full((B * K,), cfg.decoder_start_id, dtype=torch.long, device=device)
+
+    live_seqs = torch.full((B, K, N), cfg.pad_id, dtype=torch.long, device=device)
+    live_scores = torch.full((B, K), NEG_INF, device=device)
+    live_scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
+    fin_seqs = live_seqs.clone()
+    fin_scores = torch.full((B, K), NEG_INF, device=device)
+    fin_lengths = torch.zeros((B, K), dtype=torch.long, device=device)
+    fin_valid = torch.zeros((B, K), dtype=torch.bool, device=device)
+    row_open = torch.ones((B, 1), dtype=torch.bool, device=device)  # may a row still improve?
+    row_offset = (torch.arange(B, device=device) * K)[:, None]  # [B, 1]
+
+    for t in range(N):
+        logp = F.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)  # [B*K, V]
+        if t < min_new_tokens:
+            logp[:, cfg.eos_id] = NEG_INF
+        V = logp.shape[-1]
+        cand = (live_scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
+        top_scores, top_index = cand.topk(2 * K, dim=-1)  # [B, 2K]
+        parent, top_tokens = top_index // V, top_index % V
+        top_seqs = live_seqs.gather(1, parent[:, :, None].expand(B, 2 * K, N)).clone()  # [B, 2K, N]
+        top_seqs[:, :, t] = top_tokens
+        ends = (top_tokens == cfg.eos_id) | (t == N - 1)
+
+        # live beams: the best K continuations that did not just end
+        still = top_scores + ends.float() * NEG_INF
+        keep = still.topk(K, dim=-1).indices  # [B, K]
+        live_scores = still.gather(1, keep)
+        live_seqs = top_seqs.gather(1, keep[:, :, None].expand(B, K, N))
+        live_parent = parent.gather(1, keep)
+
+        # finished: only ending candidates among the best K may enter, while the row is open
+        new_valid = ends & row_open
+        new_valid[:, K:] = False
+        new_scores = torch.where(new_valid, top_scores / lp(t + 1), torch.full_like(top_scores, NEG_INF))
+        all_scores = torch.cat([fin_scores, new_scores], dim=1)  # [B, 3K]
+        best = all_scores.topk(K, dim=-1).indices
+        fin_scores = all_scores.gather(1, best)
+        fin_valid = torch.cat([fin_valid, new_valid], dim=1).gather(1, best)
+        fin_seqs = torch.cat([fin_seqs, top_seqs], dim=1).gather(1, best[:, :, None].expand(B, K, N))
+        fin_lengths = torch.cat([fin_lengths, torch.full_like(top_scores, t + 1, dtype=torch.long)], 1).gather(1, best)
+
+        if t == N - 1:
+            break
+        # a row closes when its slots are full and the best live beam, at its most favourable length,
+        # cannot beat the worst finished hypothesis (exact for penalties that grow with length)
+        best_possible = live_scores[:, :1] / max(lp(t + 1), lp(N))
+        worst = fin_scores.min(dim=1, keepdim=True).values
+        row_open &= ~(fin_valid.all(dim=1, keepdim=True) & (best_possible <= worst))
+        if not bool(row_open.any()):
+            break
+        cache.reorder((row_offset + live_parent).view(-1))
+        tokens = live_seqs[:, :, t].reshape(-1)
+
+    length = int(fin_lengths[:, 0].max())
+    return fin_seqs[:, 0, :length]
+
+
+@torch.no_grad()
+def score(model, encoder_input_tokens: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
+    """[B] sum over target tokens of log p(token | input, previous tokens); padding (0) is ignored.
+
+    For rank classification: score each candidate target and take the best. Targets should end with EOS
+    when the model was trained to produce it. The output layer runs only on non-padding positions.
+    """
+    cfg = model.config
+    start = torch.full_like(target_tokens[:, :1], cfg.decoder_start_id)
+    decoder_input = torch.cat([start, target_tokens[:, :-1]], dim=1)  # shift right
+    enc = model.encode(encoder_input_tokens)
+    h = model.decode(enc, encoder_input_tokens, decoder_input)  # [B, T, d]
+    keep = target_tokens != cfg.pad_id
+    logits = model.project(h[keep]).float()  # [N, V]
+    token_logp = -F.cross_entropy(logits, target_tokens[keep], reduction="none")  # [N]
+    rows = torch.arange(target_tokens.shape[0], device=h.device)[:, None].expand_as(target_tokens)[keep]
+    return torch.zeros(target_tokens.shape[0], device=h.device).index_add_(0, rows, token_logp)

@@ -1,0 +1,142 @@
+"""Decoding: greedy and beam search against transformers on the same weights, KV cache, sampling, scoring."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from t2t import decoding
+from t2t.model import ModelConfig, T5
+
+pytest.importorskip("transformers")
+from test_model import TINY, hf_pair  # noqa: E402
+
+
+def ragged_inputs(seed=0, B=4, S=20, V=128):
+    g = torch.Generator().manual_seed(seed)
+    enc = torch.randint(2, V, (B, S), generator=g)
+    for row in range(1, B):
+        enc[row, S - 3 * row:] = 0  # ragged: different padding per row
+    return enc
+
+
+def hf_new_tokens(hf, enc, n, **kwargs):
+    out = hf.generate(input_ids=enc, attention_mask=(enc != 0).long(), max_new_tokens=n, pad_token_id=0, **kwargs)
+    return pad_after_eos(out[:, 1:])  # drop the start token
+
+
+def pad_after_eos(ids):
+    """transformers' beam search fills finished rows with EOS when pad_token_id is 0 (``0 or eos``); ours pads."""
+    after = (ids == 1).long().cumsum(1) - (ids == 1).long() > 0
+    return ids.masked_fill(after, 0)
+
+
+# (seed, EOS boost) chosen so that some rows end early and others run to the limit
+EOS_CASES = [("relu", True, 0, 7.0), ("gated-gelu", False, 1, 2.0)]
+
+
+@pytest.mark.parametrize("ff,tied,seed,boost", EOS_CASES)
+def test_greedy_matches_transformers(ff, tied, seed, boost):
+    hf, ours = hf_pair(ff, tied, seed=seed, eos_boost=boost)
+    enc = ragged_inputs(B=6)
+    expected = hf_new_tokens(hf, enc, 24, do_sample=False, num_beams=1)
+    got = ours.generate(enc, max_new_tokens=24)
+    assert got.shape[1] <= 24
+    assert torch.equal(got, expected)
+    assert (got == 1).any(), "test should exercise EOS"
+
+
+def test_greedy_stops_early_and_pads_after_eos():
+    hf, ours = hf_pair(eos_boost=10.0)
+    enc = ragged_inputs(B=6)[[0, 1, 3]]  # rows that reach EOS after a few tokens with these weights
+    got = ours.generate(enc, max_new_tokens=40)
+    assert 1 < got.shape[1] < 40  # every row produced EOS, so decoding stopped
+    for row in got.tolist():
+        assert 1 in row
+        assert all(t == 0 for t in row[row.index(1) + 1:])
+
+
+def test_kv_cache_equals_full_forward_greedy():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    enc = ragged_inputs(seed=3)
+    got = model.generate(enc, max_new_tokens=12)
+    dec = torch.zeros(enc.shape[0], 1, dtype=torch.long)
+    with torch.no_grad():
+        for _ in range(got.shape[1]):
+            dec = torch.cat([dec, model(enc, dec)[:, -1].argmax(-1, keepdim=True)], 1)
+    expected = dec[:, 1:]
+    done = torch.zeros(enc.shape[0], dtype=torch.bool)
+    for t in range(expected.shape[1]):  # the full-forward reference has no EOS handling: pad after EOS
+        expected[done, t] = 0
+        done |= expected[:, t] == 1
+    assert torch.equal(got, expected)
+
+
+def test_min_new_tokens_forces_length():
+    hf, ours = hf_pair(eos_boost=4.0)
+    got = ours.generate(ragged_inputs(), max_new_tokens=10, min_new_tokens=10)
+    assert got.shape[1] == 10 and not (got[:, :9] == 1).any()
+
+
+@pytest.mark.parametrize("ff,tied,seed,boost", EOS_CASES)
+def test_beam_search_matches_transformers(ff, tied, seed, boost):
+    hf, ours = hf_pair(ff, tied, seed=seed, eos_boost=boost)
+    enc = ragged_inputs(seed=1, B=5)
+    # transformers' penalty is length ** alpha, T5's ((5 + length) / 6) ** alpha: same search, other formula
+    expected = hf_new_tokens(hf, enc, 16, do_sample=False, num_beams=4, length_penalty=0.6,
+                             early_stopping="never")
+    got = decoding.beam_search(ours, enc, 16, num_beams=4, length_penalty=lambda n: n ** 0.6)
+    assert torch.equal(got, expected)
+    assert (got == 1).any()
+    # with alpha = 0 both penalties are 1: T5's default formula gives transformers' result
+    expected = hf_new_tokens(hf, enc, 16, do_sample=False, num_beams=4, length_penalty=0.0,
+                             early_stopping="never")
+    assert torch.equal(ours.generate(enc, max_new_tokens=16, num_beams=4, alpha=0.0), expected)
+
+
+def test_beam_search_default_is_t5_penalty_and_beats_greedy():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    enc = ragged_inputs(seed=5, B=3)
+    beam = model.generate(enc, max_new_tokens=8, num_beams=4, alpha=0.0)
+    greedy = model.generate(enc, max_new_tokens=8)
+    # with alpha 0 and no EOS reached, beam search maximises the total log-probability: never below greedy
+    assert (decoding.score(model, enc, beam) >= decoding.score(model, enc, greedy) - 1e-4).all()
+    assert decoding.t5_length_penalty(0.6)(1) == 1.0
+    assert decoding.t5_length_penalty(0.6)(7) == pytest.approx(2.0 ** 0.6)
+
+
+def test_sampling_is_seeded_and_respects_top_k():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    enc = ragged_inputs(seed=4)
+
+    def run(seed, **kw):
+        return model.generate(enc, max_new_tokens=10, temperature=1.0,
+                               generator=torch.Generator().manual_seed(seed), **kw)
+
+    assert torch.equal(run(7), run(7))
+    assert not torch.equal(run(7), run(8))
+    greedy = model.generate(enc, max_new_tokens=10)
+    assert torch.equal(run(7, top_k=1), greedy)
+    assert torch.equal(run(7, top_p=1e-6), greedy)
+    sampled = run(9, top_k=3)
+    dec = torch.cat([torch.zeros_like(sampled[:, :1]), sampled[:, :-1]], 1)
+    with torch.no_grad():
+        top3 = model(enc, dec).topk(3, dim=-1).indices
+    valid = sampled != 0
+    assert ((top3 == sampled[..., None]).any(-1) | ~valid).all()
+
+
+def test_score_equals_sum_of_log_softmax():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    enc = ragged_inputs(seed=6, B=3)
+    targets = torch.randint(2, 128, (3, 6))
+    targets[0, 3:] = 0
+    targets[:, -1] = torch.where(targets[:, -1] == 0, 0, 1)
+    dec = torch.cat([torch.zeros_like(targets[:, :1]), targets[:, :-1]], 1)
+    with torch.no_grad():
+        logp = F.log_softmax(model(enc, dec), -1).gather(-1, targets[..., None])[..., 0]
+    expected = (logp * (targets != 0)).sum(1)
+    assert torch.allclose(model.score(enc, targets), expected, atol=1e-4)

@@ -1,0 +1,232 @@
+"""The network: presets and parameter counts, parity with transformers' T5 on copied weights, packing, loss."""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from t2t import config as config_lib
+from t2t.errors import T2TError
+from t2t.model import ModelConfig, T5, load_model_config, relative_position_bucket
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0)
+
+
+# ---- HF pair: a random transformers T5 and the same weights in ours ------------------------------------
+
+
+def _hf_to_ours(state: dict, tied: bool) -> dict:
+    """Local stand-in for t2t.checkpoint.from_hf: HF key → ours (the table in model.py's docstring)."""
+    rules = [
+        (r"(encoder|decoder)\.block\.0\.layer\.0\.SelfAttention\.relative_attention_bias", r"\1.relative_attention_bias"),
+        (r"\.block\.(\d+)\.layer\.0\.SelfAttention\.", r".blocks.\1.self_attn."),
+        (r"\.block\.(\d+)\.layer\.0\.layer_norm", r".blocks.\1.self_attn.layer_norm"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.", r"decoder.blocks.\1.cross_attn."),
+        (r"decoder\.block\.(\d+)\.layer\.1\.layer_norm", r"decoder.blocks.\1.cross_attn.layer_norm"),
+        (r"decoder\.block\.(\d+)\.layer\.2\.", r"decoder.blocks.\1.layer.FF."),
+        (r"encoder\.block\.(\d+)\.layer\.1\.", r"encoder.blocks.\1.layer.FF."),
+        (r"layer\.FF\.DenseReluDense\.", "ff."),
+        (r"layer\.FF\.layer_norm", "ff.layer_norm"),
+    ]
+    out = {}
+    for key, value in state.items():
+        if key.endswith("embed_tokens.weight") or (tied and key == "lm_head.weight"):
+            continue
+        for pattern, repl in rules:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out
+
+
+def hf_pair(feed_forward_proj="relu", tied=True, seed=0, eos_boost=1.0, tmp_path=None, **overrides):
+    """(hf_model, our_model) in eval mode with identical weights."""
+    kw = {**TINY, **overrides}
+    torch.manual_seed(seed)
+    hf_cfg = transformers.T5Config(**kw, feed_forward_proj=feed_forward_proj, tie_word_embeddings=tied,
+                                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    hf = transformers.T5ForConditionalGeneration(hf_cfg).eval()
+    with torch.no_grad():  # make EOS a frequent arg-max so early stopping and padding get exercised
+        hf.shared.weight[1] *= eos_boost
+        if not tied:
+            hf.lm_head.weight[1] *= eos_boost
+    ours = _load_ours(hf, ModelConfig(**kw, feed_forward_proj=feed_forward_proj, tie_word_embeddings=tied),
+                      tmp_path)
+    return hf, ours.eval()
+
+
+def _load_ours(hf, cfg, tmp_path):
+    try:
+        from t2t.checkpoint import from_hf
+    except ImportError:
+        from_hf = None
+    if from_hf is not None and tmp_path is not None:
+        hf.save_pretrained(tmp_path / "hf")
+        return from_hf(tmp_path / "hf")
+    model = T5(cfg)
+    model.load_state_dict(_hf_to_ours(hf.state_dict(), cfg.tie_word_embeddings), strict=True)
+    return model
+
+
+def rel_diff(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+# ---- presets ----------------------------------------------------------------------------------------------
+
+PAPER = {"t5-small": 60e6, "t5-base": 220e6, "t5-large": 770e6, "t5-3b": 2.8e9, "t5-11b": 11e9}
+RELEASED = {  # parameter counts of the released checkpoints (google-t5/t5-*, google/t5-v1_1-*)
+    "t5-small": 60_506_624, "t5-base": 222_903_552, "t5-large": 737_668_096, "t5-3b": 2_851_598_336,
+    "t5-11b": 11_307_321_344, "t5.1.1-small": 76_961_152, "t5.1.1-base": 247_577_856,
+    "t5.1.1-large": 783_150_080, "t5.1.1-xl": 2_849_757_184, "t5.1.1-xxl": 11_135_332_352,
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_preset_parameter_counts(name):
+    with torch.device("meta"):
+        model = T5(load_model_config(name))
+    n = model.num_parameters()
+    assert n == RELEASED[name]
+    if name in PAPER:  # the paper's rounded sizes (t5-large is 738M; the paper says 770M)
+        assert abs(n / PAPER[name] - 1) < 0.05
+
+
+def test_every_model_config_loads():
+    names = config_lib.config_names("models")
+    assert {"t5-tiny", "t5-small", "t5.1.1-xxl"} <= set(names)
+    for name in names:
+        cfg = load_model_config(name)
+        assert cfg.d_model > 0 and cfg.vocab_size == 32128
+
+
+def test_unknown_config_key_is_an_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("d_model: 64\nnum_layer: 2\n")
+    with pytest.raises(T2TError, match="num_layer"):
+        load_model_config(path)
+    with pytest.raises(T2TError):
+        load_model_config("t5-nonexistent")
+
+
+def test_meta_build_and_from_config():
+    model = T5.from_config("t5-tiny", device="meta")
+    assert next(model.parameters()).device.type == "meta"
+    assert T5.from_config(ModelConfig(**TINY)).num_parameters() > 0
+
+
+def test_init_follows_mesh_tf():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=64, d_kv=16, d_ff=256, num_layers=2, num_heads=4, vocab_size=4000)
+    m = T5(cfg)
+    assert abs(m.shared.weight.std().item() - 1.0) < 0.02
+    q = m.encoder.blocks[0].self_attn.q.weight
+    assert abs(q.std().item() / (64 * 16) ** -0.5 - 1) < 0.1
+    assert abs(m.encoder.blocks[0].ff.wo.weight.std().item() / 256 ** -0.5 - 1) < 0.1
+    assert torch.all(m.decoder.final_layer_norm.weight == 1)
+
+
+def test_relative_bias_stored_once_per_stack():
+    m = T5(ModelConfig(**TINY))
+    keys = [k for k in m.state_dict() if "relative_attention_bias" in k]
+    assert keys == ["encoder.relative_attention_bias.weight", "decoder.relative_attention_bias.weight"]
+
+
+def test_buckets_match_transformers():
+    hf_bucket = transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket
+    rel = torch.arange(-400, 401)[None, :]
+    for bidirectional in (True, False):
+        assert torch.equal(relative_position_bucket(rel, bidirectional, 32, 128),
+                           hf_bucket(rel, bidirectional=bidirectional, num_buckets=32, max_distance=128))
+
+
+# ---- parity with transformers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ff,tied", [("relu", True), ("gated-gelu", False)])
+def test_logits_match_transformers(ff, tied, tmp_path):
+    hf, ours = hf_pair(ff, tied, tmp_path=tmp_path)
+    g = torch.Generator().manual_seed(1)
+    enc = torch.randint(2, 128, (3, 300), generator=g)  # > 128: the log-spaced, far buckets are used
+    enc[1, 200:] = 0
+    enc[2, 17:] = 0
+    dec = torch.randint(2, 128, (3, 150), generator=g)
+    dec[:, 0] = 0
+    with torch.no_grad():
+        expected = hf(input_ids=enc, attention_mask=(enc != 0).long(), decoder_input_ids=dec).logits
+        got = ours(enc, dec)
+    assert got.shape == (3, 150, 128)
+    assert rel_diff(got, expected) < 1e-4
+
+
+def test_packed_rows_equal_separate_examples():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    g = torch.Generator().manual_seed(2)
+    a_in, b_in = torch.randint(2, 128, (1, 140), generator=g), torch.randint(2, 128, (1, 9), generator=g)
+    a_tg, b_tg = torch.randint(2, 128, (1, 12), generator=g), torch.randint(2, 128, (1, 5), generator=g)
+
+    def shift(t):
+        return torch.cat([torch.zeros_like(t[:, :1]), t[:, :-1]], 1)
+
+    pad_in, pad_tg = torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long)
+    enc = torch.cat([a_in, b_in, pad_in], 1)
+    dec = torch.cat([shift(a_tg), shift(b_tg), pad_tg], 1)
+    seg = lambda n1, n2, n0: torch.tensor([[1] * n1 + [2] * n2 + [0] * n0])  # noqa: E731
+    pos = lambda n1, n2, n0: torch.tensor([list(range(n1)) + list(range(n2)) + [0] * n0])  # noqa: E731
+    with torch.no_grad():
+        packed = model(enc, dec, encoder_segment_ids=seg(140, 9, 3), decoder_segment_ids=seg(12, 5, 2),
+                       encoder_positions=pos(140, 9, 3), decoder_positions=pos(12, 5, 2))
+        alone_a = model(a_in, shift(a_tg))
+        alone_b = model(b_in, shift(b_tg))
+    assert rel_diff(packed[:, :12], alone_a) < 1e-5
+    assert rel_diff(packed[:, 12:17], alone_b) < 1e-5
+    assert torch.isfinite(packed).all()
+
+
+def test_loss_sums_equals_cross_entropy_of_forward():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    g = torch.Generator().manual_seed(3)
+    targets = torch.randint(2, 128, (2, 7), generator=g)
+    targets[1, 4:] = 0
+    batch = {
+        "encoder_input_tokens": torch.randint(2, 128, (2, 11), generator=g),
+        "decoder_input_tokens": torch.cat([torch.zeros(2, 1, dtype=torch.long), targets[:, :-1]], 1),
+        "decoder_target_tokens": targets,
+        "decoder_loss_weights": (targets != 0).long(),
+    }
+    loss, weight = model.loss_sums(batch)
+    logits = model(batch["encoder_input_tokens"], batch["decoder_input_tokens"])
+    ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    assert weight.item() == 11
+    assert torch.allclose(loss, (ce * batch["decoder_loss_weights"]).sum(), rtol=1e-5)
+    loss.backward()
+    assert model.shared.weight.grad is not None and model.encoder.relative_attention_bias.weight.grad is not None
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**{**TINY, "dropout_rate": 0.1}))
+    enc, dec = torch.randint(2, 128, (2, 9)), torch.randint(2, 128, (2, 4))
+    model.train()
+    assert not torch.equal(model(enc, dec), model(enc, dec))
+    model.eval()
+    assert torch.equal(model(enc, dec), model(enc, dec))
+
+
+def test_runs_under_autocast_and_half():
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    enc, dec = torch.randint(2, 128, (2, 9)), torch.randint(2, 128, (2, 4))
+    enc[0, 5:] = 0
+    with torch.no_grad():
+        ref = model(enc, dec)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(enc, dec)
+        half = model.half()(enc, dec)
+    assert torch.isfinite(low).all() and torch.isfinite(half).all()
+    assert rel_diff(low.float(), ref) < 0.1
+    assert rel_diff(half.float(), ref) < 0.05
