@@ -1,0 +1,275 @@
+"""Feature converters: task features ({"inputs", "targets"} id arrays, EOS appended) → model features.
+
+seqio's idea with t5x's names (see docs/internals.md, "Model features"). Three architectures (T5 §3.2):
+
+- ``EncDecFeatureConverter``: inputs → encoder, targets → decoder.
+- ``DecoderOnlyLMFeatureConverter``: one decoder sequence ``inputs + targets``, loss on every token.
+- ``PrefixLMFeatureConverter``: the same sequence, loss on the targets only, and
+  ``decoder_causal_attention`` = 1 on the prefix (the inputs and the first target position, i.e. every
+  position whose *input* token belongs to the prefix) where a prefix LM attends bidirectionally.
+
+All three take ``(input_length, target_length, pack=False)``; the decoder-only ones use one row of
+``input_length + target_length`` tokens (seqio's convention). Examples longer than their feature length are
+truncated (seqio's ``trim_and_pad``).
+
+Unpacked: one example per row, zero padded; ``decoder_input_tokens`` is the whole row shifted right with a
+leading 0 (so the final EOS lands on the first padding slot, as in seqio and Hugging Face's ``_shift_right``;
+its loss weight is 0). Packed: examples are placed first-fit into the batch's rows; segment ids 1, 2, … per
+example (0 = padding), positions restart at 0, and the shift restarts with 0 at every segment start.
+
+Streaming, resumable batches use ``Packer``: ``add(example)`` places an example or returns False without
+changing anything when it does not fit, so the caller can emit the batch, remember the stream position of
+the held-back example, and start the next batch with it. Packing is numpy slicing per example, never a
+Python loop per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from t2t.errors import T2TError
+
+Example = Mapping[str, np.ndarray | Sequence[int]]
+
+ENC_DEC_KEYS = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights")
+PACKED_ENC_DEC_KEYS = ("encoder_segment_ids", "decoder_segment_ids", "encoder_positions", "decoder_positions")
+
+
+def _ids(example: Example, key: str) -> np.ndarray:
+    try:
+        value = example[key]
+    except KeyError:
+        raise T2TError(f"example has no {key!r} feature (keys: {sorted(example)}); tokenize the task so "
+                       f"that every example has 'inputs' and 'targets'.") from None
+    ids = np.asarray(value, dtype=np.int64)
+    if ids.ndim != 1:
+        raise T2TError(f"feature {key!r} must be a 1-d array of token ids, got shape {ids.shape}; pass one "
+                       f"example's ids, not a batch.")
+    return ids
+
+
+class FeatureConverter:
+    """Shared machinery; subclasses say how one example occupies its streams (encoder, decoder)."""
+
+    #: stream names and the model-feature prefix each one fills
+    streams: tuple[str, ...] = ()
+
+    def __init__(self, input_length: int, target_length: int, pack: bool = False):
+        for name, value in (("input_length", input_length), ("target_length", target_length)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise T2TError(f"{name} must be a positive integer, got {value!r}; pass a sequence length "
+                               f"such as 512.")
+        self.input_length = int(input_length)
+        self.target_length = int(target_length)
+        self.pack = bool(pack)
+
+    # -- per architecture
+    def lengths(self) -> tuple[int, ...]:
+        """Row length of each stream."""
+        raise NotImplementedError
+
+    def parts(self, example: Example) -> tuple[np.ndarray, ...]:
+        """The (truncated) token arrays this example puts into each stream."""
+        raise NotImplementedError
+
+    def fill(self, arrays: dict[str, np.ndarray], row: int, starts: tuple[int, ...], segment: int,
+             parts: tuple[np.ndarray, ...], example: Example) -> None:
+        raise NotImplementedError
+
+    def allocate(self, rows: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    # -- shared
+    def packer(self, batch_size: int | None) -> "Packer":
+        return Packer(self, batch_size)
+
+    def convert(self, examples: Sequence[Example], batch_size: int | None = None) -> dict[str, torch.Tensor]:
+        """All ``examples`` as one batch of ``batch_size`` rows (default: as many as needed).
+
+        Raises T2TError when they do not fit into ``batch_size`` rows."""
+        packer = Packer(self, batch_size)
+        for i, example in enumerate(examples):
+            if not packer.add(example):
+                raise T2TError(f"examples {i}..{len(examples) - 1} do not fit into a batch of {batch_size} rows "
+                               f"(pack={self.pack}); pass a larger batch_size or fewer examples.")
+        return packer.flush()
+
+
+def _shift_right(row_tokens: np.ndarray, out: np.ndarray) -> None:
+    """``out[1:] = row_tokens[:-1]``, ``out[0] = 0`` (``out`` and ``row_tokens`` have the same length)."""
+    out[0] = 0
+    out[1:] = row_tokens[:-1]
+
+
+class EncDecFeatureConverter(FeatureConverter):
+    """Encoder-decoder features (t5x's ``EncDecFeatureConverter``)."""
+
+    streams = ("encoder", "decoder")
+
+    def lengths(self) -> tuple[int, ...]:
+        return self.input_length, self.target_length
+
+    def parts(self, example: Example) -> tuple[np.ndarray, ...]:
+        return _ids(example, "inputs")[:self.input_length], _ids(example, "targets")[:self.target_length]
+
+    def allocate(self, rows: int) -> dict[str, np.ndarray]:
+        s, t = self.input_length, self.target_length
+        keys = ENC_DEC_KEYS + (PACKED_ENC_DEC_KEYS if self.pack else ())
+        return {k: np.zeros((rows, s if k.startswith("encoder") else t), dtype=np.int64) for k in keys}
+
+    def fill(self, arrays, row, starts, segment, parts, example) -> None:
+        (inputs, targets), (e0, d0) = parts, starts
+        e1, d1 = e0 + inputs.size, d0 + targets.size
+        arrays["encoder_input_tokens"][row, e0:e1] = inputs
+        arrays["decoder_target_tokens"][row, d0:d1] = targets
+        arrays["decoder_loss_weights"][row, d0:d1] = 1
+        dec_in = arrays["decoder_input_tokens"][row]
+        if self.pack:
+            if targets.size:
+                dec_in[d0] = 0
+                dec_in[d0 + 1:d1] = targets[:-1]
+            arrays["encoder_segment_ids"][row, e0:e1] = segment
+            arrays["decoder_segment_ids"][row, d0:d1] = segment
+            arrays["encoder_positions"][row, e0:e1] = np.arange(inputs.size)
+            arrays["decoder_positions"][row, d0:d1] = np.arange(targets.size)
+        else:
+            _shift_right(arrays["decoder_target_tokens"][row], dec_in)
+
+
+class DecoderOnlyLMFeatureConverter(FeatureConverter):
+    """Decoder-only language model (T5 §3.2.1 "LM"): ``inputs + targets`` in one sequence, loss on all of
+    it; features ``decoder_{input,target}_tokens``, ``decoder_loss_weights`` (+ segment ids / positions)."""
+
+    streams = ("decoder",)
+    loss_on_targets_only = False
+
+    def lengths(self) -> tuple[int, ...]:
+        return (self.input_length + self.target_length,)
+
+    def parts(self, example: Example) -> tuple[np.ndarray, ...]:
+        inputs = _ids(example, "inputs")[:self.input_length]
+        targets = _ids(example, "targets")[:self.target_length]
+        return (np.concatenate([inputs, targets]),)
+
+    def allocate(self, rows: int) -> dict[str, np.ndarray]:
+        keys = ["decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights"]
+        if self.loss_on_targets_only:
+            keys.append("decoder_causal_attention")
+        if self.pack:
+            keys += ["decoder_segment_ids", "decoder_positions"]
+        return {k: np.zeros((rows, self.lengths()[0]), dtype=np.int64) for k in keys}
+
+    def fill(self, arrays, row, starts, segment, parts, example) -> None:
+        (sequence,), (d0,) = parts, starts
+        d1 = d0 + sequence.size
+        arrays["decoder_target_tokens"][row, d0:d1] = sequence
+        if self.loss_on_targets_only:
+            n_inputs = min(_ids(example, "inputs").size, self.input_length)
+            arrays["decoder_loss_weights"][row, d0 + n_inputs:d1] = 1
+            # the prefix: every position whose input token is an input token, i.e. n_inputs + 1 positions
+            # (seqio); packed rows stop at the example's end.
+            end = min(d0 + n_inputs + 1, d1 if self.pack else arrays["decoder_causal_attention"].shape[1])
+            arrays["decoder_causal_attention"][row, d0:end] = 1
+        else:
+            arrays["decoder_loss_weights"][row, d0:d1] = 1
+        dec_in = arrays["decoder_input_tokens"][row]
+        if self.pack:
+            if sequence.size:
+                dec_in[d0] = 0
+                dec_in[d0 + 1:d1] = sequence[:-1]
+            arrays["decoder_segment_ids"][row, d0:d1] = segment
+            arrays["decoder_positions"][row, d0:d1] = np.arange(sequence.size)
+        else:
+            _shift_right(arrays["decoder_target_tokens"][row], dec_in)
+
+
+class PrefixLMFeatureConverter(DecoderOnlyLMFeatureConverter):
+    """Prefix LM (T5 §3.2.1): like the decoder-only LM, but the loss counts only the targets and
+    ``decoder_causal_attention`` marks the prefix that is attended to bidirectionally (t5x)."""
+
+    loss_on_targets_only = True
+
+
+CONVERTERS: dict[str, type[FeatureConverter]] = {
+    "encoder_decoder": EncDecFeatureConverter,
+    "decoder_only": DecoderOnlyLMFeatureConverter,
+    "prefix_lm": PrefixLMFeatureConverter,
+}
+
+
+def get_converter(architecture: str, input_length: int, target_length: int, pack: bool = False) -> FeatureConverter:
+    """The converter for ``architecture`` ("encoder_decoder", "decoder_only" or "prefix_lm")."""
+    if architecture not in CONVERTERS:
+        raise T2TError(f"unknown architecture {architecture!r}; use one of {', '.join(CONVERTERS)}.")
+    return CONVERTERS[architecture](input_length, target_length, pack=pack)
+
+
+class Packer:
+    """Collects examples into one batch of ``batch_size`` rows (``None``: as many rows as needed).
+
+    ``add(example) -> bool`` places the example (first-fit over the rows when packing, the next free row
+    otherwise) or returns False and changes nothing when it does not fit. ``flush()`` returns the batch as
+    torch tensors and starts an empty one. ``len(packer)`` is the number of examples placed so far.
+
+    Typical resumable use::
+
+        for position, example in stream:
+            if not packer.add(example):
+                yield packer.flush(), position      # the batch ends before `position`
+                packer.add(example)                 # always fits an empty batch (truncated to the lengths)
+    """
+
+    def __init__(self, converter: FeatureConverter, batch_size: int | None):
+        if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+            raise T2TError(f"batch_size must be a positive integer, got {batch_size!r}; pass the number of "
+                           f"rows per batch.")
+        self.converter = converter
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.capacity = np.asarray(converter.lengths(), dtype=np.int64)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._used = np.zeros((0, len(self.capacity)), dtype=np.int64)  # [rows, streams] tokens used
+        self._placed: list[tuple[int, tuple[int, ...], tuple[np.ndarray, ...], Example]] = []
+        self._segments: list[int] = []  # examples per row so far
+
+    def __len__(self) -> int:
+        return len(self._placed)
+
+    @property
+    def rows_used(self) -> int:
+        return self._used.shape[0]
+
+    def add(self, example: Example) -> bool:
+        parts = self.converter.parts(example)
+        need = np.asarray([p.size for p in parts], dtype=np.int64)
+        row = -1
+        if self.converter.pack and self.rows_used:
+            fits = np.flatnonzero(np.all(self._used + need <= self.capacity, axis=1))
+            if fits.size:
+                row = int(fits[0])
+        if row < 0:
+            if self.batch_size is not None and self.rows_used >= self.batch_size:
+                return False
+            row = self.rows_used
+            self._used = np.concatenate([self._used, np.zeros((1, len(self.capacity)), dtype=np.int64)])
+            self._segments.append(0)
+        starts = tuple(int(x) for x in self._used[row])
+        self._used[row] += need
+        self._segments[row] += 1
+        self._placed.append((row, starts, parts, example))
+        return True
+
+    def flush(self) -> dict[str, torch.Tensor]:
+        """The batch so far (padded to ``batch_size`` rows) as ``torch.LongTensor``s; the packer is emptied."""
+        rows = self.batch_size if self.batch_size is not None else max(self.rows_used, 1)
+        arrays = self.converter.allocate(rows)
+        segment = [0] * rows
+        for row, starts, parts, example in self._placed:
+            segment[row] += 1
+            self.converter.fill(arrays, row, starts, segment[row], parts, example)
+        self._reset()
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
