@@ -352,17 +352,22 @@ def _torch_load(path: Path, what: str) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # UnpicklingError for disallowed objects, RuntimeError/EOFError for damage
-        reason = _first_line(e)
-        if "weights_only" in reason or "Unsupported global" in reason or "GLOBAL" in reason:
-            reason = "it contains Python objects other than tensors and plain containers, which t2t " \
-                     "refuses to unpickle"
-        raise T2TError(f"{what} file {path} cannot be loaded safely ({reason}); the file is corrupt or "
-                       f"was not written by t2t/torch.save of plain state.") from None
+        found = re.search(r"Unsupported (?:global: GLOBAL|class) ([\w.]+)", str(e))
+        if found:
+            culprit = f" ({found[1]})"
+            raise T2TError(f"{what} file {path} refers to Python code{culprit} besides tensors and plain "
+                           f"containers, which t2t refuses to unpickle; re-save it as a plain state dict or use "
+                           f"a checkpoint from a trusted source.") from None
+        reason = re.search(r"WeightsUnpickler error: \s*(.+)", str(e))
+        reason = reason[1].splitlines()[0].strip().rstrip(".") if reason else _first_line(e)
+        raise T2TError(f"{what} file {path} cannot be read ({reason}); the file is truncated or "
+                       f"corrupt.") from None
 
 
 def _first_line(e: BaseException) -> str:
+    """The first sentence of an exception's message (reasons are quoted inside our one sentence)."""
     text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0].rstrip(".")
+    return text.splitlines()[0].split(". ")[0].rstrip(".")
 
 
 # ----------------------------------------------------------------------------------------------------------

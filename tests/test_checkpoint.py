@@ -1,0 +1,426 @@
+"""Native checkpoints: round trip, atomic writes, keep-last-K, and one T2TError per bad file."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from t2t import checkpoint
+from t2t.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, load_model, save_checkpoint
+from t2t.errors import T2TError
+from t2t.model import T5, ModelConfig
+
+TINY = dict(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=1, num_heads=4,
+            relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.0)
+
+
+def tiny_model(seed: int = 0, **overrides) -> T5:
+    torch.manual_seed(seed)
+    return T5(ModelConfig(**{**TINY, **overrides})).eval()
+
+
+def logits_of(model: T5) -> torch.Tensor:
+    enc = torch.tensor([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0]])
+    dec = torch.tensor([[0, 11, 12], [0, 13, 14]])
+    with torch.no_grad():
+        return model(enc, dec)
+
+
+def trained_optimizer(model: T5, kind: str = "adamw") -> torch.optim.Optimizer:
+    if kind == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.Adafactor(model.parameters(), lr=1e-2, beta2_decay=-0.8, foreach=False)
+    model.train()
+    enc = torch.tensor([[5, 6, 7, 1]])
+    dec = torch.tensor([[0, 11, 12]])
+    model(enc, dec).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    model.eval()
+    return opt
+
+
+def assert_one_sentence_naming(error: pytest.ExceptionInfo, path: Path) -> str:
+    message = str(error.value)
+    assert str(path) in message, message
+    assert "\n" not in message and "Traceback" not in message, message
+    return message
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Round trip
+
+
+@pytest.mark.parametrize("optimizer_kind", ["adamw", "adafactor"])
+def test_round_trip_restores_weights_optimizer_trainer_state_and_settings(tmp_path, optimizer_kind):
+    model = tiny_model()
+    opt = trained_optimizer(model, optimizer_kind)
+    trainer_state = {"scheduler": {"last_epoch": 3, "base_lrs": [0.001]}, "data": {"position": 12, "seed": 0},
+                     "loss": 2.5}
+    settings = {"model": "t5-tiny", "optimizer": {"name": optimizer_kind, "adam_betas": (0.9, 0.999)}}
+    path = save_checkpoint(tmp_path / "run", 100, model, optimizer=opt, trainer_state=trainer_state,
+                           settings=settings)
+    assert path == tmp_path / "run" / "step_00000100"
+    assert sorted(p.name for p in path.iterdir()) == sorted(
+        ["model.safetensors", "config.json", "optimizer.pt", "trainer_state.json", "rng.pt", "train_config.yaml"])
+
+    fresh = tiny_model(seed=1)
+    fresh_opt = (torch.optim.AdamW(fresh.parameters(), lr=1e-3) if optimizer_kind == "adamw" else
+                 torch.optim.Adafactor(fresh.parameters(), lr=1e-2, beta2_decay=-0.8, foreach=False))
+    state = load_checkpoint(path, model=fresh, optimizer=fresh_opt)
+    assert state == {"step": 100, **trainer_state}
+    for (k, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), k
+    saved, loaded = opt.state_dict(), fresh_opt.state_dict()
+    assert saved["param_groups"] == loaded["param_groups"]
+    for i, param_state in saved["state"].items():
+        for name, value in param_state.items():
+            other = loaded["state"][i][name]
+            assert torch.equal(value, other) if torch.is_tensor(value) else value == other
+    assert checkpoint.read_settings(path) == {"model": "t5-tiny",
+                                              "optimizer": {"name": optimizer_kind, "adam_betas": [0.9, 0.999]}}
+
+
+def test_rng_states_are_restored(tmp_path):
+    model = tiny_model()
+    torch.manual_seed(123)
+    np.random.seed(456)
+    random.seed(789)
+    np.random.normal()  # leaves a cached gaussian in numpy's legacy state
+    path = save_checkpoint(tmp_path, 1, model)
+    expected = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)], random.gauss(0, 1))
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    load_checkpoint(path)
+    got = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)], random.gauss(0, 1))
+    assert torch.equal(expected[0], got[0])
+    np.testing.assert_array_equal(expected[1], got[1])
+    assert expected[2:] == got[2:]
+    # the RNG file loads without unpickling any Python object
+    assert torch.load(path / "rng.pt", weights_only=True)["numpy"]["bit_generator"] == "MT19937"
+
+
+def test_load_model_from_checkpoint_and_run_dir_gives_the_same_logits(tmp_path):
+    model = tiny_model()
+    save_checkpoint(tmp_path / "run", 10, model)
+    save_checkpoint(tmp_path / "run", 20, tiny_model(seed=3))
+    from_dir = load_model(tmp_path / "run" / "step_00000010")
+    assert torch.equal(logits_of(from_dir), logits_of(model))
+    assert from_dir.config == model.config
+    from_run = load_model(tmp_path / "run")  # latest: step 20
+    assert torch.equal(logits_of(from_run), logits_of(tiny_model(seed=3)))
+    assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in from_run.parameters())
+
+
+def test_untied_gated_model_round_trips(tmp_path):
+    model = tiny_model(feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    path = save_checkpoint(tmp_path, 5, model)
+    assert torch.equal(logits_of(load_model(path)), logits_of(model))
+
+
+def test_tied_embedding_is_stored_once(tmp_path):
+    from safetensors import safe_open
+
+    path = save_checkpoint(tmp_path, 1, tiny_model())
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert "shared.weight" in keys and "lm_head.weight" not in keys
+
+
+def test_optimizer_state_dict_can_be_passed_directly(tmp_path):
+    model = tiny_model()
+    opt = trained_optimizer(model)
+    path = save_checkpoint(tmp_path, 7, model, optimizer_state=opt.state_dict(), trainer_state={"x": 1})
+    fresh_opt = torch.optim.AdamW(tiny_model(seed=2).parameters(), lr=1e-3)
+    assert load_checkpoint(path, optimizer=fresh_opt) == {"step": 7, "x": 1}
+    assert fresh_opt.state_dict()["state"][0]["step"] == opt.state_dict()["state"][0]["step"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Finding, keeping, atomicity
+
+
+def test_keep_last_k_deletes_only_older_checkpoints(tmp_path):
+    model = tiny_model()
+    for step in (100, 200, 300, 400, 500):
+        save_checkpoint(tmp_path, step, model, keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000400", "step_00000500"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000400", "step_00000500"]
+    for step in (600, 700):
+        save_checkpoint(tmp_path, step, model, keep_last=None)
+    assert len(list_checkpoints(tmp_path)) == 4
+
+
+def test_steps_are_ordered_numerically_beyond_eight_digits(tmp_path):
+    model = tiny_model()
+    save_checkpoint(tmp_path, 99_999_999, model)
+    save_checkpoint(tmp_path, 100_000_000, model)
+    assert latest_checkpoint(tmp_path).name == "step_100000000"
+
+
+def test_saving_the_same_step_again_replaces_it(tmp_path):
+    save_checkpoint(tmp_path, 100, tiny_model(seed=0), trainer_state={"v": 1})
+    path = save_checkpoint(tmp_path, 100, tiny_model(seed=1), trainer_state={"v": 2})
+    assert load_checkpoint(path)["v"] == 2
+    assert torch.equal(logits_of(load_model(path)), logits_of(tiny_model(seed=1)))
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000100"]
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_latest_and_loadable(tmp_path, monkeypatch):
+    model = tiny_model()
+    save_checkpoint(tmp_path, 100, model, optimizer=trained_optimizer(model), keep_last=1)
+    expected = logits_of(model)
+
+    real_save = torch.save
+
+    def crash_on_optimizer(obj, f, *args, **kwargs):
+        if str(f).endswith("optimizer.pt"):
+            real_save(obj, f, *args, **kwargs)
+            with open(f, "r+b") as fh:  # half-written file, then the "crash"
+                fh.truncate(10)
+            raise OSError("disk full")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", crash_on_optimizer)
+    with pytest.raises(OSError, match="disk full"):
+        other = tiny_model(seed=5)
+        save_checkpoint(tmp_path, 200, other, optimizer=trained_optimizer(other), keep_last=1)
+    monkeypatch.undo()
+
+    latest = latest_checkpoint(tmp_path)
+    assert latest.name == "step_00000100"  # keep_last=1 did not delete it: the new one never landed
+    assert torch.equal(logits_of(load_model(latest)), expected)
+    assert load_checkpoint(latest, optimizer=torch.optim.AdamW(tiny_model().parameters()))["step"] == 100
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000100"]  # the temp dir was cleaned up
+
+
+def test_a_failing_trainer_state_leaves_no_checkpoint(tmp_path):
+    save_checkpoint(tmp_path, 1, tiny_model())
+    with pytest.raises(TypeError):  # not JSON-able: a programming error, raised as such
+        save_checkpoint(tmp_path, 2, tiny_model(), trainer_state={"bad": object()})
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000001"]
+
+
+def test_stray_temp_and_incomplete_dirs_are_ignored_and_cleaned(tmp_path):
+    model = tiny_model()
+    save_checkpoint(tmp_path, 100, model)
+    # what a hard crash (power loss) mid-write leaves behind: a temp dir with partial files …
+    stray = tmp_path / ".tmp-step_00000200-abc123"
+    stray.mkdir()
+    (stray / "model.safetensors").write_bytes(b"\x00" * 5)
+    (stray / "config.json").write_text("{")
+    # … a half-deleted old checkpoint, and a folder someone made by hand
+    trash = tmp_path / ".trash-step_00000050"
+    trash.mkdir()
+    (tmp_path / "step_00000300").mkdir()
+    (tmp_path / "step_00000300" / "config.json").write_text("{}")
+    (tmp_path / "step_000004").mkdir()  # not a checkpoint name
+    (tmp_path / "notes.txt").write_text("hi")
+
+    latest = latest_checkpoint(tmp_path)
+    assert latest.name == "step_00000100"
+    assert torch.equal(logits_of(load_model(tmp_path)), logits_of(model))
+
+    save_checkpoint(tmp_path, 400, model)
+    assert not stray.exists() and not trash.exists()
+    assert latest_checkpoint(tmp_path).name == "step_00000400"
+
+
+def test_latest_checkpoint_of_missing_or_empty_run_dir_is_none(tmp_path):
+    assert latest_checkpoint(tmp_path / "nope") is None
+    assert latest_checkpoint(tmp_path) is None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad files → one T2TError naming the file
+
+
+@pytest.fixture
+def saved(tmp_path) -> Path:
+    model = tiny_model()
+    return save_checkpoint(tmp_path / "run", 100, model, optimizer=trained_optimizer(model),
+                           trainer_state={"data": {"position": 3}})
+
+
+def test_truncated_safetensors(saved):
+    file = saved / "model.safetensors"
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+    with pytest.raises(T2TError) as e:
+        load_model(saved)
+    assert "truncated or corrupt" in assert_one_sentence_naming(e, file)
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved, model=tiny_model())
+    assert_one_sentence_naming(e, file)
+
+
+def test_garbage_safetensors_header(saved):
+    file = saved / "model.safetensors"
+    file.write_bytes(b"this is not a safetensors file at all")
+    with pytest.raises(T2TError) as e:
+        load_model(saved)
+    assert_one_sentence_naming(e, file)
+
+
+@pytest.mark.parametrize("name", ["config.json", "trainer_state.json"])
+def test_garbage_json(saved, name):
+    (saved / name).write_text('{"d_model": 16,,')
+    with pytest.raises(T2TError) as e:
+        load_model(saved) if name == "config.json" else load_checkpoint(saved)
+    assert "not valid JSON" in assert_one_sentence_naming(e, saved / name)
+
+
+def test_config_with_unknown_field(saved):
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg["d_modle"] = 16
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(T2TError) as e:
+        load_model(saved)
+    assert "d_modle" in assert_one_sentence_naming(e, saved / "config.json")
+
+
+def test_missing_weights_file(saved):
+    (saved / "model.safetensors").unlink()
+    assert latest_checkpoint(saved.parent) is None  # an incomplete folder is never "latest"
+    with pytest.raises(T2TError) as e:
+        load_model(saved)
+    assert_one_sentence_naming(e, saved / "model.safetensors")
+
+
+def test_missing_optimizer_file(saved):
+    (saved / "optimizer.pt").unlink()
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved, optimizer=torch.optim.AdamW(tiny_model().parameters()))
+    assert_one_sentence_naming(e, saved / "optimizer.pt")
+
+
+def test_config_does_not_match_weights(saved):
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg["d_ff"] = 48
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(T2TError) as e:
+        load_model(saved)
+    message = assert_one_sentence_naming(e, saved / "model.safetensors")
+    assert "does not match its config" in message
+    assert "encoder.blocks.0.ff.wi.weight has shape [32, 16], expected [48, 16]" in message
+    assert "and " in message  # more problems than are listed
+
+
+def test_missing_and_unexpected_keys(saved):
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg["num_layers"] = 3
+    cfg["feed_forward_proj"] = "gated-gelu"
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(T2TError) as e:
+        load_model(saved)
+    message = assert_one_sentence_naming(e, saved / "model.safetensors")
+    assert "is missing" in message
+
+
+def test_checkpoint_into_a_different_model(saved):
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved, model=tiny_model(d_model=32, d_kv=8))
+    assert "does not match the model" in assert_one_sentence_naming(e, saved / "model.safetensors")
+
+
+def test_optimizer_state_for_another_optimizer(saved):
+    other = torch.nn.Linear(3, 3)
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved, optimizer=torch.optim.AdamW(other.parameters()))
+    assert_one_sentence_naming(e, saved / "optimizer.pt")
+
+
+class _PickleBomb:
+    """Unpickling this runs code (here: writes a marker file)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('pwned')",))
+
+
+def test_pickle_bomb_optimizer_file_is_refused(saved, tmp_path):
+    marker = tmp_path / "pwned.txt"
+    torch.save({"state": {}, "param_groups": [], "payload": _PickleBomb(marker)}, saved / "optimizer.pt")
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved, model=tiny_model(), optimizer=torch.optim.AdamW(tiny_model().parameters()))
+    assert "refuses to unpickle" in assert_one_sentence_naming(e, saved / "optimizer.pt")
+    assert not marker.exists()
+
+
+def test_pickle_bomb_rng_file_is_refused(saved, tmp_path):
+    marker = tmp_path / "pwned.txt"
+    torch.save(_PickleBomb(marker), saved / "rng.pt")
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved)
+    assert_one_sentence_naming(e, saved / "rng.pt")
+    assert not marker.exists()
+
+
+def test_pickle_bomb_hf_pytorch_model_bin_is_refused(tmp_path):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "t5", **TINY, "num_decoder_layers": 1}))
+    marker = tmp_path / "pwned.txt"
+    torch.save({"shared.weight": torch.zeros(64, 16), "x": _PickleBomb(marker)}, folder / "pytorch_model.bin")
+    with pytest.raises(T2TError) as e:
+        load_model(folder)
+    assert_one_sentence_naming(e, folder / "pytorch_model.bin")
+    assert not marker.exists()
+
+
+def test_corrupt_rng_file(saved):
+    (saved / "rng.pt").write_bytes(b"garbage")
+    with pytest.raises(T2TError) as e:
+        load_checkpoint(saved)
+    assert_one_sentence_naming(e, saved / "rng.pt")
+    assert load_checkpoint(saved, restore_rng=False)["step"] == 100
+
+
+# ----------------------------------------------------------------------------------------------------------
+# load_model's other inputs
+
+
+def test_load_model_rejects_what_it_cannot_read(tmp_path, monkeypatch):
+    with pytest.raises(T2TError, match="neither a t2t checkpoint"):
+        load_model(tmp_path)
+    (tmp_path / "file.bin").write_bytes(b"x")
+    with pytest.raises(T2TError, match="is a file"):
+        load_model(tmp_path / "file.bin")
+    with pytest.raises(T2TError, match="not a Hugging Face hub id"):
+        load_model(str(tmp_path / "missing" / "dir"))
+
+    import huggingface_hub
+
+    def offline(repo_id, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(T2TError) as e:
+        load_model("google-t5/t5-small")
+    message = str(e.value)
+    assert "google-t5/t5-small" in message and "could not be downloaded" in message and "\n" not in message
+
+
+def test_load_model_rejects_a_non_t5_hugging_face_folder(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart", "d_model": 16}))
+    with pytest.raises(T2TError) as e:
+        load_model(tmp_path)
+    assert "'bart'" in assert_one_sentence_naming(e, tmp_path / "config.json")
+
+
+def test_rng_state_is_weights_only_loadable_without_numpy_globals(tmp_path):
+    torch.save(checkpoint.get_rng_state(), tmp_path / "rng.pt")
+    state = torch.load(tmp_path / "rng.pt", weights_only=True)
+    checkpoint.set_rng_state(state)
+    assert isinstance(state["python"]["state"], torch.Tensor)
+    assert os.path.getsize(tmp_path / "rng.pt") < 50_000
