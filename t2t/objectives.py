@@ -326,13 +326,37 @@ OBJECTIVES: dict[str, Objective] = {
 
 
 def tokens_length_for(objective: Objective, inputs_length: int, noise_density: float = 0.15,
-                      mean_noise_span_length: float = 3.0) -> int:
+                      mean_noise_span_length: float = 3.0, **unused_options) -> int:
     """How many raw tokens one example of ``objective`` should hold for an encoder of ``inputs_length``.
 
     Span corruption: ``random_spans_helper(...)[0]`` (inputs come out exactly full). Everything else:
-    ``inputs_length - 1`` (t5's ``split_tokens_to_inputs_length``, one slot left for EOS)."""
+    ``inputs_length - 1`` (t5's ``split_tokens_to_inputs_length``, one slot left for EOS). Extra keyword
+    options of the objective (e.g. ``random_prob``) are accepted and ignored, so a task can pass all of them.
+    """
     if objective in (span_corruption, random_spans):
         return random_spans_helper(inputs_length, noise_density, mean_noise_span_length)[0]
     if inputs_length < 2:
         raise T2TError(f"inputs_length must be at least 2, got {inputs_length}; pass the encoder length.")
     return inputs_length - 1
+
+
+def chunk_length(sequence_length: dict[str, int] | None, *, objective: Objective, **options) -> int:
+    """``tokens_length_for`` as a function of the pipeline's ``sequence_length`` (for ``concat_and_split``)."""
+    if not sequence_length or "inputs" not in sequence_length:
+        raise T2TError("this unsupervised task cuts its text to the encoder length; pass input_length (the "
+                       "pipeline's sequence_length['inputs']).")
+    return tokens_length_for(objective, int(sequence_length["inputs"]), **options)
+
+
+def denoise(features: dict[str, np.ndarray], rng: np.random.Generator, *, vocab, sequence_length=None,
+            objective: Objective = span_corruption, **options) -> dict[str, np.ndarray]:
+    """An objective as a per-draw token preprocessor (``Task.token_preprocessors``), like t5's ``denoise``:
+    the text chunk in ``features["targets"]`` becomes new ``inputs`` and ``targets``; other keys pass through.
+
+    Use ``functools.partial(denoise, objective=prefix_lm)``; options go to the objective. Each draw gets
+    its own ``rng`` from the pipeline, so every epoch sees fresh noise."""
+    del sequence_length
+    if vocab is None:
+        raise T2TError("unsupervised objectives need the run's vocabulary for their sentinel ids; pass a vocab.")
+    out = objective(features["targets"], vocab_size=vocab.vocab_size, rng=rng, **options)
+    return {**features, **out}

@@ -271,3 +271,24 @@ def test_tokens_length_for_each_objective():
     assert ob.tokens_length_for(ob.span_corruption, 512) == 568
     assert ob.tokens_length_for(ob.random_spans, 512, 0.5, 3.0) == ob.random_spans_helper(512, 0.5, 3.0)[0]
     assert ob.tokens_length_for(ob.prefix_lm, 512) == 511
+
+
+def test_denoise_is_the_token_preprocessor_form():
+    import functools
+
+    class Vocab:
+        vocab_size = VOCAB
+
+    features = {"targets": TOKENS, "targets_pretokenized": "Thank you ..."}
+    prep = functools.partial(ob.denoise, objective=ob.span_corruption)
+    out = prep(features, np.random.default_rng(0), vocab=Vocab(), sequence_length={"inputs": 512, "targets": 114})
+    direct = ob.span_corruption(TOKENS, vocab_size=VOCAB, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(out["inputs"], direct["inputs"])
+    np.testing.assert_array_equal(out["targets"], direct["targets"])
+    assert out["targets_pretokenized"] == "Thank you ..."
+    with pytest.raises(T2TError, match="vocabulary"):
+        prep(features, np.random.default_rng(0), vocab=None)
+    assert ob.chunk_length({"inputs": 512, "targets": 114}, objective=ob.span_corruption) == 568
+    assert ob.chunk_length({"inputs": 512}, objective=ob.bert_style, random_prob=0.1) == 511
+    with pytest.raises(T2TError, match="input_length"):
+        ob.chunk_length(None, objective=ob.span_corruption)
