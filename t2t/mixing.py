@@ -1,0 +1,158 @@
+"""Mixing rates (T5 §3.5.2) and the deterministic, resumable mixture sampler.
+
+Rates — each returns a function of the task, for ``Mixture(name, [(task, rate), ...])``:
+
+- ``rate_num_examples(maximum=K, temperature=T, scale=1.0)``: examples-proportional mixing,
+  ``min(scale * num_train_examples, K) ** (1 / T)`` (t5's ``rate_num_examples``; K=None: no limit);
+- ``rate_unsupervised(value=1e6)``: a fixed rate for an unsupervised task whose size is unknown or huge;
+- equal mixing: give every task the same number (or ``rate_equal()``).
+
+Sampling — ``MixtureSampler``: global position ``p`` picks a task with a draw that depends only on
+``(seed, p)``; the chosen task's counter ``c`` then names its example ``c``: epoch ``c // N``, the
+``(c % N)``-th entry of that epoch's seeded permutation (``epoch_permutation``). The stream is therefore a
+pure function of the seed and the position, and its state is just ``{position, counters}``. Rank ``r`` of ``W``
+takes positions ``r, r+W, …`` but advances the counters over every position, so the ranks together see
+exactly the examples one process would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from t2t.errors import T2TError
+
+
+# ------------------------------------------------------------------------------------------ rates
+
+def rate_num_examples(maximum: float | None = None, temperature: float = 1.0, scale: float = 1.0,
+                      split: str = "train"):
+    """Examples-proportional rate with an artificial limit ``maximum`` (K) and a ``temperature`` (T)."""
+    if maximum is not None and maximum <= 0:
+        raise T2TError(f"rate_num_examples: maximum must be positive or None, got {maximum!r}.")
+    if temperature <= 0:
+        raise T2TError(f"rate_num_examples: temperature must be positive, got {temperature!r}.")
+
+    def rate(task, data_dir=None) -> float:
+        value = scale * task.num_input_examples(split, data_dir=data_dir)
+        if maximum is not None:
+            value = min(value, maximum)
+        if temperature != 1.0:
+            value = value ** (1.0 / temperature)
+        return float(value)
+
+    rate.takes_data_dir = True
+    rate.__name__ = f"rate_num_examples(maximum={maximum}, temperature={temperature}, scale={scale})"
+    return rate
+
+
+def rate_unsupervised(value: float = 1e6):
+    """A fixed rate for an unsupervised task (t5's ``rate_unsupervised``, default 1e6)."""
+
+    def rate(task) -> float:
+        return float(value)
+
+    rate.__name__ = f"rate_unsupervised({value})"
+    return rate
+
+
+def rate_equal(value: float = 1.0):
+    """Equal mixing: the same rate for every task."""
+    return rate_unsupervised(value)
+
+
+def normalize_rates(rates: Mapping[str, float]) -> dict[str, float]:
+    """Rates as probabilities; tasks with rate 0 are dropped (they are in a mixture for evaluation only)."""
+    positive = {name: float(r) for name, r in rates.items() if r > 0}
+    total = sum(positive.values())
+    if not positive or not math.isfinite(total):
+        raise T2TError(f"the mixing rates {dict(rates)} leave nothing to sample; give at least one task a "
+                       f"positive, finite rate.")
+    return {name: r / total for name, r in positive.items()}
+
+
+# ------------------------------------------------------------------------------------------ seeded draws
+
+def stable_hash(text: str) -> int:
+    """A process-independent 63-bit hash (Python's ``hash`` of a str changes between runs)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little") >> 1
+
+
+_MIX, _PERM, _DRAW = 1, 2, 3  # stream tags so the different draws never share a seed
+
+
+def position_uniform(seed: int, position: int) -> float:
+    """The uniform number in [0, 1) that picks the task at a global position."""
+    return float(np.random.default_rng([_MIX, int(seed), int(position)]).random())
+
+
+def epoch_permutation(seed: int, task_name: str, epoch: int, n: int) -> np.ndarray:
+    """The order in which a task's ``n`` examples are drawn in ``epoch``."""
+    return np.random.default_rng([_PERM, int(seed), stable_hash(task_name), int(epoch)]).permutation(n)
+
+
+def draw_rng(seed: int, task_name: str, epoch: int, index: int) -> np.random.Generator:
+    """The generator handed to a task's random token preprocessors for one draw."""
+    return np.random.default_rng([_DRAW, int(seed), stable_hash(task_name), int(epoch), int(index)])
+
+
+class MixtureSampler:
+    """Which task each global position draws from, and how many draws each task has had.
+
+    ``next_task()`` returns the task name for the current position and advances; ``counters[name]`` counts
+    that task's draws before the current position. ``state_dict()`` / ``load_state_dict()`` save and restore
+    both. With one task the draw is skipped (every position belongs to it).
+    """
+
+    def __init__(self, rates: Mapping[str, float], seed: int = 0):
+        self.probabilities = normalize_rates(rates)
+        self.names: list[str] = list(self.probabilities)
+        self.cumulative = np.cumsum([self.probabilities[n] for n in self.names])
+        self.cumulative[-1] = 1.0
+        self.seed = int(seed)
+        self.position = 0
+        self.counters = {name: 0 for name in self.names}
+
+    def task_at(self, position: int) -> str:
+        if len(self.names) == 1:
+            return self.names[0]
+        u = position_uniform(self.seed, position)
+        return self.names[int(np.searchsorted(self.cumulative, u, side="right"))]
+
+    def next_task(self) -> tuple[str, int]:
+        """``(task name, that task's draw counter)`` for the current position; then advance."""
+        name = self.task_at(self.position)
+        count = self.counters[name]
+        self.counters[name] = count + 1
+        self.position += 1
+        return name, count
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, "counters": dict(self.counters), "seed": self.seed,
+                "tasks": list(self.names)}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if sorted(state.get("tasks", [])) != sorted(self.names) or int(state.get("seed", self.seed)) != self.seed:
+            raise T2TError(f"the saved data state is for tasks {state.get('tasks')} with seed {state.get('seed')}, "
+                           f"not {self.names} with seed {self.seed}; resume with the same mixture and seed.")
+        self.position = int(state["position"])
+        self.counters = {name: int(state["counters"][name]) for name in self.names}
+
+
+def sampled_counts(rates: Mapping[str, float], n: int, seed: int = 0) -> dict[str, int]:
+    """How many of the first ``n`` positions each task gets (for checking rates)."""
+    sampler = MixtureSampler(rates, seed)
+    for _ in range(n):
+        sampler.next_task()
+    return dict(sampler.counters)
+
+
+def expected_shares(rates: Mapping[str, float]) -> dict[str, float]:
+    return normalize_rates(rates)
+
+
+__all__: Sequence[str] = ("rate_num_examples", "rate_unsupervised", "rate_equal", "normalize_rates",
+                          "MixtureSampler", "epoch_permutation", "draw_rng", "stable_hash")

@@ -1,0 +1,429 @@
+"""From tasks to tokens to batches: ``task.examples`` for evaluation and ``build_train_batches`` for training.
+
+    text examples (source order) ─ tokenize (vocab.encode_batch) ─ tokenized_preprocessors ─► cache
+    cache ─ per-epoch seeded permutation ─ token_preprocessors(rng per draw) ─ trim, EOS last ─► sampler
+    sampler (global positions, rank r takes r, r+W, …) ─ features.Packer (pad or pack) ─► torch batches
+
+Caching: tokenized examples live in an in-memory cache per (task, split, vocabulary, data dir[, sequence
+lengths when the task has a tokenized stage]), so the second epoch and every evaluation reuse them. The
+sources already keep their raw rows in ``datasets``' Arrow cache; the token cache is in memory because its key
+is a live vocabulary object (not something ``datasets`` can fingerprint reliably), because in-memory and
+generator sources have no files to cache beside, and because GLUE-sized splits take seconds to tokenize and
+megabytes to hold. Streaming sources (``source.streaming``) are never cached: each epoch reads them again,
+in source order (no permutation), and resuming skips ahead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from t2t.errors import T2TError
+from t2t.mixing import MixtureSampler, draw_rng, epoch_permutation
+from t2t.sources import DataNotFoundError, resolve_data_dir
+from t2t.task import Mixture, Task, get_task, get_task_or_mixture
+
+log = logging.getLogger(__name__)
+
+TOKENIZE_CHUNK = 1024
+STATE_FORMAT = "t2t.pipeline/1"
+
+# ------------------------------------------------------------------------------------------ tokenization
+
+_CACHE: dict[tuple, tuple[Task, list[dict]]] = {}
+
+
+def clear_cache() -> None:
+    """Forget every cached tokenized split."""
+    _CACHE.clear()
+
+
+def _feature_vocab(task: Task, key: str, vocab):
+    feature_vocab = task.output_features[key].vocabulary or vocab
+    if feature_vocab is None:
+        raise T2TError(f"task {task.name!r} needs a vocabulary to tokenize {key!r}; pass vocab= (or --vocab).")
+    return feature_vocab
+
+
+def _tokenize_chunk(task: Task, chunk: list[dict], vocab) -> list[dict]:
+    out = [dict(ex) for ex in chunk]
+    for key in task.output_features:
+        have = [i for i, ex in enumerate(chunk) if key in ex]
+        if not have:
+            continue
+        if len(have) != len(chunk):
+            raise T2TError(f"task {task.name!r}: some examples have {key!r} and some do not; make the text "
+                           f"preprocessors give every example the same fields.")
+        texts = []
+        for ex in chunk:
+            text = ex[key]
+            if not isinstance(text, str):
+                raise T2TError(f"task {task.name!r}: feature {key!r} must be a string after the text "
+                               f"preprocessors, got {type(text).__name__}; make them return text.")
+            texts.append(text)
+        ids = _feature_vocab(task, key, vocab).encode_batch(texts)
+        for ex, text, row in zip(out, texts, ids):
+            ex[f"{key}_pretokenized"] = text
+            ex[key] = np.asarray(row, dtype=np.int32)
+    for key, feature in task.output_features.items():
+        if feature.required and out and key not in out[0]:
+            raise T2TError(f"task {task.name!r}: the text preprocessors give no {key!r} field; add a "
+                           f"preprocessor that sets it or mark the feature required=False.")
+    return out
+
+
+def iter_tokenized(task: Task, split: str, vocab, data_dir=None,
+                   sequence_length: Mapping[str, int] | None = None) -> Iterator[dict]:
+    """Tokenized examples in source order, through the task's tokenized (deterministic) stage; lazy."""
+
+    def tokenized() -> Iterator[dict]:
+        chunk: list[dict] = []
+        for example in task.text_examples(split, data_dir):
+            chunk.append(example)
+            if len(chunk) == TOKENIZE_CHUNK:
+                yield from _tokenize_chunk(task, chunk, vocab)
+                chunk = []
+        if chunk:
+            yield from _tokenize_chunk(task, chunk, vocab)
+
+    stream: Any = tokenized()
+    if task.tokenized_preprocessors:
+        if sequence_length is None:
+            raise T2TError(f"task {task.name!r} has a tokenized stage that needs the sequence lengths; pass "
+                           f"sequence_length={{'inputs': ..., 'targets': ...}}.")
+        for fn in task.tokenized_preprocessors:
+            stream = fn(stream, vocab=vocab, sequence_length=dict(sequence_length))
+    return iter(stream)
+
+
+def tokenized_split(task: Task, split: str, vocab, data_dir=None,
+                    sequence_length: Mapping[str, int] | None = None) -> list[dict]:
+    """The whole split tokenized (cached; see the module docstring). Token ids carry no EOS yet."""
+    lengths = tuple(sorted(sequence_length.items())) if (task.tokenized_preprocessors and sequence_length) else None
+    key = (id(task), split, vocab, str(resolve_data_dir(data_dir)), lengths)
+    if key not in _CACHE:
+        rows = list(iter_tokenized(task, split, vocab, data_dir, sequence_length))
+        if not rows:
+            raise T2TError(f"split {split!r} of task {task.name!r} has no examples after its tokenized "
+                           f"preprocessors; check the data and the preprocessors.")
+        _CACHE[key] = (task, rows)  # the task is kept alive so its id() is not reused while cached
+    return _CACHE[key][1]
+
+
+def _eos_id(task: Task, key: str, vocab) -> int:
+    return int(_feature_vocab(task, key, vocab).eos_id)
+
+
+def eval_examples(task: Task, split: str, vocab, data_dir=None,
+                  sequence_length: Mapping[str, int] | None = None) -> list[dict]:
+    """``task.examples``: source order, EOS appended (no trimming, no random preprocessors)."""
+    task.check_split(split)
+    out = []
+    for cached in tokenized_split(task, split, vocab, data_dir, sequence_length):
+        example = dict(cached)
+        for key, feature in task.output_features.items():
+            if key in example:
+                ids = np.asarray(example[key], dtype=np.int64)
+                if feature.add_eos:
+                    ids = np.append(ids, _eos_id(task, key, vocab))
+                example[key] = ids
+        out.append(example)
+    return out
+
+
+def trim_and_append_eos(task: Task, features: Mapping[str, Any], sequence_length: Mapping[str, int],
+                        vocab) -> tuple[dict, bool]:
+    """T5's ``append_eos_after_trim``: features cut to their length, keeping room for EOS, which comes last.
+
+    Returns the model-ready ``{"inputs", "targets"}`` (int64; a missing optional feature is empty) and
+    whether anything was cut."""
+    out, trimmed = {}, False
+    for key, feature in task.output_features.items():
+        if key not in features:
+            if feature.required:
+                raise T2TError(f"task {task.name!r}: an example has no {key!r} after the token preprocessors; "
+                               f"make them return it.")
+            out[key] = np.zeros(0, np.int64)
+            continue
+        ids = np.asarray(features[key], dtype=np.int64)
+        length = int(sequence_length[key])
+        if feature.add_eos:
+            if ids.size + 1 > length:
+                ids, trimmed = ids[:length - 1], True
+            ids = np.append(ids, _eos_id(task, key, vocab))
+        elif ids.size > length:
+            ids, trimmed = ids[:length], True
+        out[key] = ids
+    return out, trimmed
+
+
+# ------------------------------------------------------------------------------------------ one task's draws
+
+class TaskStream:
+    """The ``count``-th draw of one task: epoch ``count // N``, position ``count % N`` of that epoch's
+    seeded permutation; streaming sources are read in order instead (``N`` learnt at the end of the first pass)."""
+
+    def __init__(self, task: Task, split: str, vocab, data_dir, seed: int, sequence_length: Mapping[str, int]):
+        self.task, self.split, self.vocab, self.data_dir = task, split, vocab, data_dir
+        self.seed = int(seed)
+        self.sequence_length = dict(sequence_length)
+        self.streaming = bool(getattr(task.source, "streaming", False))
+        self.trim_warned = False
+        self._perm_epoch, self._perm = -1, None
+        if self.streaming:
+            self.epoch, self.epoch_start = 0, 0
+            self._restart()
+        else:
+            self.data = tokenized_split(task, split, vocab, data_dir, sequence_length)
+            self._warn_long_examples()
+
+    # -- streaming bookkeeping
+    def _restart(self) -> None:
+        self._iter = iter_tokenized(self.task, self.split, self.vocab, self.data_dir, self.sequence_length)
+        self._next_count = self.epoch_start
+        self._last = None
+
+    def state_dict(self) -> dict | None:
+        return {"epoch": self.epoch, "epoch_start": self.epoch_start} if self.streaming else None
+
+    def load_state_dict(self, state: Mapping | None) -> None:
+        if self.streaming:
+            self.epoch, self.epoch_start = int(state["epoch"]), int(state["epoch_start"])
+            self._restart()
+
+    def _streamed(self, count: int) -> tuple[dict, int, int]:
+        if count < self._next_count - 1 or count < self.epoch_start:
+            raise T2TError(f"task {self.task.name!r}: a streaming source cannot go back to draw {count}; "
+                           f"restore the data state instead.")
+        while self._next_count <= count:
+            try:
+                item = next(self._iter)
+            except StopIteration:
+                if self._next_count == self.epoch_start:
+                    raise T2TError(f"split {self.split!r} of task {self.task.name!r} gave no examples; check "
+                                   f"the data.") from None
+                self.epoch, self.epoch_start = self.epoch + 1, self._next_count
+                self._restart()
+                continue
+            self._last = item
+            self._next_count += 1
+        return self._last, self.epoch, count - self.epoch_start
+
+    # -- draws
+    def raw(self, count: int) -> tuple[dict, int, int]:
+        """``(cached example, epoch, index within the epoch)`` of draw ``count``."""
+        if self.streaming:
+            return self._streamed(count)
+        n = len(self.data)
+        epoch, index = divmod(count, n)
+        if epoch != self._perm_epoch:
+            self._perm_epoch, self._perm = epoch, epoch_permutation(self.seed, self.task.name, epoch, n)
+        return self.data[int(self._perm[index])], epoch, index
+
+    def draw(self, count: int) -> dict:
+        """Draw ``count`` as model-ready ``{"inputs", "targets"}`` ids (random stage applied, trimmed, EOS)."""
+        example, epoch, index = self.raw(count)
+        features = {k: example[k] for k in self.task.output_features if k in example}
+        if self.task.token_preprocessors:
+            rng = draw_rng(self.seed, self.task.name, epoch, index)
+            for fn in self.task.token_preprocessors:
+                features = fn(features, rng, vocab=self.vocab, sequence_length=self.sequence_length)
+        out, trimmed = trim_and_append_eos(self.task, features, self.sequence_length, self.vocab)
+        if trimmed and not self.trim_warned:
+            self.trim_warned = True
+            log.warning("task %s: examples longer than %s are trimmed, EOS kept last (this is the first; further "
+                        "trims of this task are not reported)", self.task.name, self.sequence_length)
+        return out
+
+    def _warn_long_examples(self) -> None:
+        if self.task.token_preprocessors:
+            return  # lengths change per draw; the first trim is reported by draw()
+        too_long = 0
+        for example in self.data:
+            for key, feature in self.task.output_features.items():
+                if key in example and example[key].size + int(feature.add_eos) > self.sequence_length[key]:
+                    too_long += 1
+                    break
+        if too_long:
+            self.trim_warned = True
+            log.warning("task %s: %d of %d %s examples are longer than %s and will be trimmed, keeping EOS last",
+                        self.task.name, too_long, len(self.data), self.split,
+                        ", ".join(f"{k}_length={v}" for k, v in self.sequence_length.items()))
+
+
+# ------------------------------------------------------------------------------------------ training batches
+
+@dataclass
+class _Peeked:
+    position: int
+    example: dict
+
+
+class TrainBatches:
+    """An endless, deterministic, resumable iterable of model-feature batches (see ``build_train_batches``)."""
+
+    def __init__(self, name: str, *, vocab, batch_size: int, input_length: int, target_length: int,
+                 pack: bool = True, seed: int = 0, data_dir=None, rank: int = 0, world_size: int = 1,
+                 skip_unavailable: bool = False, split: str = "train", architecture: str = "encoder_decoder"):
+        from t2t.features import get_converter
+
+        if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise T2TError(f"rank {rank!r} / world_size {world_size!r} are not a valid process layout; rank must "
+                           f"be in 0..world_size-1.")
+        if not isinstance(batch_size, int) or batch_size < 1 or batch_size % world_size:
+            raise T2TError(f"batch size {batch_size!r} must be a positive multiple of the number of processes "
+                           f"({world_size}); choose a multiple.")
+        self.name, self.seed, self.split = name, int(seed), split
+        self.rank, self.world_size = rank, world_size
+        self.rows = batch_size // world_size
+        self.pack = bool(pack)
+        self.sequence_length = {"inputs": int(input_length), "targets": int(target_length)}
+        self.converter = get_converter(architecture, int(input_length), int(target_length), pack=self.pack)
+        item = get_task_or_mixture(name)
+        self.name = item.name  # aliases resolved, so a state saved under "stsb" loads under "glue_stsb_v002"
+        self.streams, rates = self._open_members(item, vocab, data_dir, skip_unavailable)
+        self.rates = rates
+        self.sampler = MixtureSampler(rates, seed)
+        self._peeked: _Peeked | None = None
+
+    # -- members and their data
+    def _open_members(self, item: Task | Mixture, vocab, data_dir, skip_unavailable: bool):
+        members = [(item.name, 1.0)] if isinstance(item, Task) else list(item.tasks)
+        streams: dict[str, TaskStream] = {}
+        rates: dict[str, float] = {}
+        missing: list[tuple[str, str]] = []
+        for member, rate in members:
+            task = item if isinstance(item, Task) else get_task(member)
+            try:
+                value = _rate_value(task, rate, data_dir)
+                if value <= 0:
+                    continue  # evaluation-only member (e.g. MNLI matched/mismatched in GLUE)
+                task.check_split(self.split)
+                streams[task.name] = TaskStream(task, self.split, vocab, data_dir, self.seed, self.sequence_length)
+                rates[task.name] = value
+            except DataNotFoundError as e:
+                missing.append((task.name, str(e)))
+        if missing and skip_unavailable:
+            for task_name, reason in missing:
+                log.warning("skipping %s of %s: its %s data is unavailable (%s)", task_name, item.name, self.split,
+                            reason)
+            if not rates:
+                raise T2TError(f"no member of {item.name!r} has {self.split} data available "
+                               f"({', '.join(n for n, _ in missing)}); get the data or pass --data-dir.")
+            total = sum(rates.values())
+            log.warning("%s: mixing rates renormalised over %s", item.name,
+                        ", ".join(f"{n}={r / total:.4f}" for n, r in rates.items()))
+        elif missing:
+            names = ", ".join(n for n, _ in missing)
+            raise T2TError(f"{self.split} data is missing for {len(missing)} task(s) of {item.name!r}: {names} "
+                           f"(first: {missing[0][1]}); get the data, or pass skip_unavailable "
+                           f"(--skip-unavailable) to train on the rest.")
+        return streams, rates
+
+    # -- the stream of this rank's examples
+    def _own_position(self) -> int:
+        while self.sampler.position % self.world_size != self.rank:
+            self.sampler.next_task()  # another rank's position: only its task's counter moves
+        return self.sampler.position
+
+    def _peek(self) -> dict:
+        position = self._own_position()
+        if self._peeked is None or self._peeked.position != position:
+            name = self.sampler.task_at(position)
+            self._peeked = _Peeked(position, self.streams[name].draw(self.sampler.counters[name]))
+        return self._peeked.example
+
+    def _advance(self) -> None:
+        self._own_position()
+        self.sampler.next_task()
+        self._peeked = None
+
+    def next_batch(self) -> dict:
+        packer = self.converter.packer(self.rows)
+        while True:
+            if not self.pack and packer.rows_used == self.rows:
+                break
+            if not packer.add(self._peek()):
+                break  # held back: the state still points at it
+            self._advance()
+        return packer.flush()
+
+    def next_examples(self, n: int) -> list[dict]:
+        """This rank's next ``n`` examples (model-ready ids), advancing the stream; for inspection and tests."""
+        out = []
+        for _ in range(n):
+            out.append(self._peek())
+            self._advance()
+        return out
+
+    def __iter__(self) -> Iterator[dict]:
+        while True:
+            yield self.next_batch()
+
+    # -- resuming
+    def _rank_state(self) -> dict:
+        self._own_position()
+        return {"sampler": self.sampler.state_dict(),
+                "streams": {n: s.state_dict() for n, s in self.streams.items() if s.streaming}}
+
+    def state_dict(self) -> dict:
+        """JSON-able state of every rank (gathered when torch.distributed runs, else this rank's only)."""
+        own = self._rank_state()
+        ranks = {str(self.rank): own}
+        if self.world_size > 1:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                gathered: list = [None] * self.world_size
+                dist.all_gather_object(gathered, own)
+                ranks = {str(r): s for r, s in enumerate(gathered)}
+        return {"format": STATE_FORMAT, "name": self.name, "seed": self.seed, "split": self.split,
+                "world_size": self.world_size, "pack": self.pack, "rows": self.rows,
+                "sequence_length": dict(self.sequence_length), "ranks": ranks}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise T2TError("the saved data state is not a t2t data-stream state; resume from a checkpoint "
+                           "written by t2t-train.")
+        for key, mine in (("name", self.name), ("seed", self.seed), ("world_size", self.world_size),
+                          ("split", self.split)):
+            if state.get(key) != mine:
+                raise T2TError(f"the saved data state has {key}={state.get(key)!r} but this run has {mine!r}; "
+                               f"resume with the same {key.replace('_', ' ')}.")
+        own = state["ranks"].get(str(self.rank))
+        if own is None:
+            raise T2TError(f"the saved data state has no entry for rank {self.rank}; resume with the same "
+                           f"number of processes as the saved run.")
+        self.sampler.load_state_dict(own["sampler"])
+        for name, stream in self.streams.items():
+            if stream.streaming:
+                stream.load_state_dict(own["streams"][name])
+        self._peeked = None
+
+
+def _rate_value(task: Task, rate, data_dir) -> float:
+    if callable(rate):
+        value = rate(task, data_dir=data_dir) if getattr(rate, "takes_data_dir", False) else rate(task)
+    else:
+        value = rate
+    return float(value)
+
+
+def build_train_batches(name: str, *, vocab, batch_size: int, input_length: int, target_length: int,
+                        pack: bool = True, seed: int = 0, data_dir: str | os.PathLike | None = None, rank: int = 0,
+                        world_size: int = 1, skip_unavailable: bool = False, split: str = "train",
+                        architecture: str = "encoder_decoder") -> TrainBatches:
+    """The trainer's data: an endless iterable of model-feature batches of ``batch_size // world_size`` rows.
+
+    Deterministic in ``seed``; ``state_dict()`` / ``load_state_dict()`` resume exactly (also when packing:
+    the state points at the example held back for the next batch). Rank ``r`` of ``world_size`` takes global
+    positions ``r, r+W, …``. Mixture members whose data cannot be found are an error listing them all, or
+    with ``skip_unavailable`` are dropped with a warning and the rates renormalised.
+    """
+    return TrainBatches(name, vocab=vocab, batch_size=batch_size, input_length=input_length,
+                        target_length=target_length, pack=pack, seed=seed, data_dir=data_dir, rank=rank,
+                        world_size=world_size, skip_unavailable=skip_unavailable, split=split,
+                        architecture=architecture)

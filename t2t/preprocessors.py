@@ -1,0 +1,169 @@
+"""Preprocessors and postprocessors for tasks.
+
+Text stage (``Task.preprocessors``): plain ``fn(example) -> example`` functions over raw dicts, parametrised
+with ``functools.partial`` — ``rekey``, ``glue``, ``stsb``, ``prefix_text``.
+
+Tokenized stage (``Task.tokenized_preprocessors``): deterministic functions over a whole split's token dicts,
+cached with the tokens — ``concat_and_split`` (T5's ``reduce_concat_tokens`` + ``split_tokens``).
+
+Per-draw token stage (``Task.token_preprocessors``): ``fn(features, rng, *, vocab, sequence_length)``; the
+objectives themselves (``span_corruption``, ``random_spans_helper``, ...) live in ``t2t.objectives`` and are
+re-exported here under the names of the public contract.
+
+Postprocessors (``Task.postprocess_fn``): ``fn(text, example=None, is_target=False)`` —
+``string_label_to_class_id``, ``string_to_float``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from t2t.errors import T2TError
+
+# ------------------------------------------------------------------------------------------ text stage
+
+
+def rekey(example: Mapping, *, key_map: Mapping[str, str | None]) -> dict:
+    """``{new: example[old]}`` for each ``new: old`` in ``key_map``; ``old=None`` gives an empty string."""
+    out = {}
+    for new, old in key_map.items():
+        if old is None:
+            out[new] = ""
+        elif old in example:
+            out[new] = example[old]
+        else:
+            raise T2TError(f"example has no field {old!r} to rename to {new!r} (fields: "
+                           f"{', '.join(map(str, example))}); fix the task's key_map.")
+    return out
+
+
+def prefix_text(example: Mapping, *, prefix: str, key: str = "inputs") -> dict:
+    """Prepend ``prefix`` to ``example[key]`` (e.g. ``"summarize: "``)."""
+    out = dict(example)
+    out[key] = prefix + str(example[key])
+    return out
+
+
+def _check_label(label, label_names: Sequence[str], benchmark_name: str, example: Mapping) -> int:
+    try:
+        value = int(label)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value != label or not -1 <= value < len(label_names):
+        raise T2TError(f"{benchmark_name} example idx={example.get('idx', '?')} has label {label!r}, outside "
+                       f"0..{len(label_names) - 1} (or -1 for unlabeled); fix the data.")
+    return value
+
+
+def glue(example: Mapping, *, benchmark_name: str, label_names: Sequence[str],
+         feature_names: Sequence[str] | None = None, id_key: str | None = "idx") -> dict:
+    """A GLUE-style example as text, the way T5 writes it.
+
+    ``inputs`` = the benchmark name, then ``"key: value"`` for each text field (``feature_names`` in order,
+    else every field but ``label`` and ``idx``, sorted by name), all joined with single spaces;
+    ``targets`` = ``label_names[label]``, or ``"<unk>"`` for unlabeled rows (``label == -1``).
+    """
+    keys = list(feature_names) if feature_names else sorted(set(example) - {"label", "idx"})
+    parts = [benchmark_name]
+    for key in keys:
+        parts += [f"{key}:", str(example[key])]
+    label = _check_label(example.get("label", -1), label_names, benchmark_name, example)
+    out = {"inputs": " ".join(parts), "targets": "<unk>" if label == -1 else label_names[label]}
+    if id_key and id_key in example:
+        out["idx"] = example[id_key]
+    return out
+
+
+def stsb_target(score: float) -> str:
+    """STS-B's similarity score as T5's target string: rounded to the nearest 0.2 with ties to even on
+    ``score * 5`` (float32, as ``tf.round``), printed with one decimal (``3.5 → 17.5 → 18 → "3.6"``)."""
+    value = np.round(np.float32(score) * np.float32(5)) / np.float32(5)
+    return "%.1f" % float(value)
+
+
+def stsb(example: Mapping) -> dict:
+    """STS-B as T5 writes it: ``"stsb sentence1: … sentence2: …"`` → ``stsb_target(label)``.
+
+    As in T5, unlabeled test rows (label -1) are not special-cased: their target is ``"-1.0"``.
+    """
+    try:
+        score = float(example["label"])
+    except (TypeError, ValueError):
+        raise T2TError(f"stsb example idx={example.get('idx', '?')} has score {example['label']!r}, not a "
+                       f"number; fix the data.") from None
+    if not (score == -1 or 0 <= score <= 5):
+        raise T2TError(f"stsb example idx={example.get('idx', '?')} has score {score}, outside 0..5 (or -1 for "
+                       f"unlabeled); fix the data.")
+    out = {"inputs": " ".join(["stsb sentence1:", str(example["sentence1"]), "sentence2:",
+                                str(example["sentence2"])]),
+           "targets": stsb_target(score)}
+    if "idx" in example:
+        out["idx"] = example["idx"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ tokenized stage
+
+
+def concat_and_split(examples: Iterable[Mapping[str, np.ndarray]], *, vocab=None,
+                     sequence_length: Mapping[str, int] | None = None,
+                     length: int | Callable[[Mapping[str, int]], int], feature_key: str = "targets",
+                     docs_per_group: int | None = None) -> Iterator[dict]:
+    """T5's ``reduce_concat_tokens`` + ``split_tokens``: concatenate ``feature_key`` over consecutive
+    documents (groups of ``docs_per_group``, or the whole split) and cut it into pieces of ``length`` tokens
+    (the last piece of a group may be shorter). ``length`` may be a function of ``sequence_length``, e.g.
+    ``lambda sl: random_spans_helper(sl["inputs"], 0.15, 3.0)[0]`` for span corruption."""
+    size = length(sequence_length) if callable(length) else length
+    if not isinstance(size, (int, np.integer)) or size < 1:
+        raise T2TError(f"concat_and_split needs a positive chunk length, got {size!r}.")
+    size = int(size)
+    buffer: list[np.ndarray] = []
+    docs = 0
+
+    def pieces(parts: list[np.ndarray]) -> Iterator[dict]:
+        tokens = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        for start in range(0, tokens.size, size):
+            yield {feature_key: tokens[start:start + size]}
+
+    for example in examples:
+        buffer.append(np.asarray(example[feature_key]))
+        docs += 1
+        if docs_per_group and docs == docs_per_group:
+            yield from pieces(buffer)
+            buffer, docs = [], 0
+    yield from pieces(buffer)
+
+
+# ------------------------------------------------------------------------------------------ objectives
+
+_OBJECTIVES = ("span_corruption", "random_spans_helper", "random_spans_noise_mask", "iid_noise_replace_spans",
+               "iid_noise_drop", "bert_style", "mass_style", "deshuffling", "prefix_lm")
+
+
+def __getattr__(name: str):
+    # the public contract names t2t.preprocessors.span_corruption / random_spans_helper; they live in
+    # t2t.objectives and are looked up on first use so that neither module imports the other at load time.
+    if name in _OBJECTIVES:
+        from t2t import objectives
+        return getattr(objectives, name)
+    raise AttributeError(f"module 't2t.preprocessors' has no attribute {name!r}")
+
+
+# ------------------------------------------------------------------------------------------ postprocessors
+
+
+def string_label_to_class_id(text: str, *, label_classes: Sequence[str], default: int = -1, example=None,
+                             is_target: bool = False) -> int:
+    """The position of ``text`` in ``label_classes``, or ``default`` (-1) for anything else."""
+    text = text.decode("utf-8") if isinstance(text, bytes) else text
+    return label_classes.index(text) if text in label_classes else default
+
+
+def string_to_float(text: str, *, default: float = -1.0, example=None, is_target: bool = False) -> float:
+    """``float(text)``, or ``default`` (-1.0) when the text is not a number."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return default
