@@ -88,3 +88,53 @@ def tiny_vocabulary(vocab_size: int = TINY_VOCAB_PIECES, extra_ids: int = DEFAUL
     prefix = _workdir() / f"tiny_{vocab_size}"
     model = train_vocabulary(iter([TINY_TEXT]), prefix, vocab_size=vocab_size, num_threads=1, character_coverage=1.0)
     return SentencePieceVocabulary(model, extra_ids)
+
+
+# ------------------------------------------------------------------------------------------ tasks in memory
+# Helpers for testing your own tasks without files: a task over Python lists, registered only for a test.
+
+def in_memory_task(name: str, examples: "dict[str, list[dict]]", **task_fields):
+    """A ``t2t.task.Task`` named ``name`` over ``{"train": [example, ...], ...}`` held in memory.
+
+    ``task_fields`` are the other Task fields (``preprocessors``, ``postprocess_fn``, ``metric_fns``, ...).
+    Without ``preprocessors`` the examples must already carry ``inputs`` and ``targets`` strings.
+    """
+    from t2t.sources import InMemorySource
+    from t2t.task import Task
+    return Task(name=name, source=InMemorySource(examples), **task_fields)
+
+
+class registered:
+    """Register tasks/mixtures for the duration of a ``with`` block (or a test), then remove them again::
+
+        with registered(in_memory_task("my_task", {"train": rows})):
+            batches = build_train_batches("my_task", vocab=tiny_vocabulary(), ...)
+    """
+
+    def __init__(self, *items, aliases: "dict[str, list[str]] | None" = None):
+        self.items = items
+        self.aliases = aliases or {}
+
+    def __enter__(self):
+        from t2t.task import MIXTURES, TASKS, Mixture, register_mixture, register_task
+        from t2t.task import _load_builtins_once
+        _load_builtins_once()  # built-ins first, so a later lookup does not collide with these
+        self._done = []
+        try:
+            for item in self.items:
+                register = register_mixture if isinstance(item, Mixture) else register_task
+                register(item, aliases=self.aliases.get(item.name, ()))
+                self._done.append((MIXTURES if isinstance(item, Mixture) else TASKS, item.name))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self.items[0] if len(self.items) == 1 else self.items
+
+    def __exit__(self, *exc):
+        for registry, name in reversed(self._done):
+            registry.unregister(name)
+        self._done = []
+        return False
+
+
+__all__ += ["in_memory_task", "registered"]

@@ -1,0 +1,114 @@
+"""What ``t2t-show`` and ``t2t-tasks`` print (no argparse here; ``t2t.cli`` wraps these functions).
+
+- ``show_examples(name, split, n, with_tokens, vocab, data_dir)``: a task's preprocessed examples in source
+  order as JSON-able dicts ``{"inputs": str, "targets": str}``, plus ``"inputs_tokens"``/``"targets_tokens"``
+  (token ids, EOS appended as the model sees them) with ``with_tokens``.
+- ``registry_table(data_dir)``: one row per registered task and mixture (name, kind, aliases, split sizes where
+  known, local data found, member rates); ``format_registry_table`` renders it as text.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+from t2t.errors import T2TError
+from t2t.sources import resolve_data_dir
+from t2t.task import MIXTURES, TASKS, Mixture, Task, _load_builtins_once, get_task, get_task_or_mixture
+
+SHOW_CHUNK = 256
+
+
+def show_examples(name: str, split: str = "validation", n: int | None = 5, with_tokens: bool = False, vocab=None,
+                  data_dir=None) -> Iterator[dict]:
+    """The first ``n`` (all with None) preprocessed examples of task ``name``'s ``split``, in source order."""
+    item = get_task_or_mixture(name)
+    if isinstance(item, Mixture):
+        raise T2TError(f"{name!r} is a mixture; show one of its tasks ({', '.join(item.task_names)}).")
+    task: Task = item
+    if n is not None and n < 0:
+        raise T2TError(f"the number of examples to show must be >= 0, got {n}.")
+    keys = [k for k in task.output_features]
+    examples = task.text_examples(split, data_dir)
+    if n is not None:
+        examples = itertools.islice(examples, n)
+    while True:
+        chunk = list(itertools.islice(examples, SHOW_CHUNK))
+        if not chunk:
+            return
+        rows = [{k: ex[k] for k in keys if k in ex} for ex in chunk]
+        if with_tokens:
+            _add_tokens(task, rows, vocab)
+        yield from rows
+
+
+def _add_tokens(task: Task, rows: list[dict], vocab) -> None:
+    for key, feature in task.output_features.items():
+        present = [r for r in rows if key in r]
+        if not present:
+            continue
+        feature_vocab = feature.vocabulary or vocab
+        if feature_vocab is None:
+            raise T2TError(f"showing tokens of task {task.name!r} needs a vocabulary; pass --vocab.")
+        for row, ids in zip(present, feature_vocab.encode_batch([r[key] for r in present])):
+            row[f"{key}_tokens"] = [int(i) for i in ids] + ([int(feature_vocab.eos_id)] if feature.add_eos else [])
+
+
+def registry_table(data_dir=None) -> list[dict]:
+    """Rows for ``t2t-tasks``: tasks, then mixtures, each sorted by name. Reads no data (split sizes are the
+    sources' declared ones; ``local_splits`` lists the splits found under the data dir, where a source can tell)."""
+    _load_builtins_once()
+    aliases: dict[str, list[str]] = {}
+    for registry in (TASKS, MIXTURES):
+        for short, full in registry.aliases().items():
+            aliases.setdefault(full, []).append(short)
+    root = resolve_data_dir(data_dir)
+    rows = []
+    for name in TASKS.names():
+        task = TASKS.get(name)
+        row = {"name": name, "kind": "task", "aliases": sorted(aliases.get(name, [])),
+               "splits": {s: task.known_num_examples(s) for s in task.splits},
+               "description": task.description}
+        available = getattr(task.source, "available", None)
+        if callable(available) and root is not None:
+            row["local_splits"] = [s for s in task.splits if available(s, root)]
+        rows.append(row)
+    for name in MIXTURES.names():
+        mixture = MIXTURES.get(name)
+        rows.append({"name": name, "kind": "mixture", "aliases": sorted(aliases.get(name, [])),
+                     "rates": {member: _shown_rate(member, rate) for member, rate in mixture.tasks}})
+    return rows
+
+
+def _shown_rate(member: str, rate):
+    """A number where it is known without reading data, else the rate function's name."""
+    if not callable(rate):
+        return float(rate)
+    if member not in TASKS:
+        return getattr(rate, "__name__", repr(rate))
+    task = get_task(member)
+    if getattr(rate, "takes_data_dir", False) and task.known_num_examples("train") is None:
+        return getattr(rate, "__name__", repr(rate))
+    try:
+        return float(rate(task))
+    except T2TError:
+        return getattr(rate, "__name__", repr(rate))
+
+
+def format_registry_table(data_dir=None) -> str:
+    """``registry_table`` as aligned text lines."""
+    lines = []
+    for row in registry_table(data_dir):
+        alias = f" ({', '.join(row['aliases'])})" if row["aliases"] else ""
+        if row["kind"] == "task":
+            splits = ", ".join(f"{s}={'?' if n is None else n}" for s, n in row["splits"].items())
+            local = f"  local: {', '.join(row['local_splits']) or 'none'}" if "local_splits" in row else ""
+            lines.append(f"task     {row['name']}{alias}  [{splits}]{local}")
+        else:
+            rates = ", ".join(f"{m}={_fmt(r)}" for m, r in row["rates"].items())
+            lines.append(f"mixture  {row['name']}{alias}  [{rates}]")
+    return "\n".join(lines) if lines else "no tasks or mixtures are registered; pass --module to load some."
+
+
+def _fmt(rate) -> str:
+    return f"{rate:g}" if isinstance(rate, float) else str(rate)
