@@ -1,0 +1,36 @@
+"""C4 span corruption, T5's final pre-training task (``c4_v220_span_corruption``, alias ``c4``).
+
+The source is ``allenai/c4`` (config ``en``) on the Hugging Face hub, *streamed* with
+``datasets.load_dataset(..., streaming=True)`` -- the English C4 is ~300 GB, so nothing is downloaded up front.
+TFDS's ``c4/en:2.2.0`` that T5 used and ``allenai/c4``'s ``en`` are the same 364,868,892 / 364,608 train/validation
+documents. The preprocessing is t5's: ``rekey(inputs=None, targets="text")``, tokenize, concatenate the
+documents in groups of 128 (``reduce_concat_tokens(batch_size=128)``; streaming cannot concatenate a whole
+split) and cut them into ``random_spans_helper(input_length, 0.15, 3.0)[0]`` tokens (568 for 512), then span
+corruption per draw: inputs 512 and targets 114 tokens including EOS.
+
+Not reproduced: t5's ``select_random_chunk(max_length=65536)`` in front, which only shortens the rare documents
+longer than 65,536 tokens to a random window (a random step before the deterministic, cached chunking).
+"""
+
+from __future__ import annotations
+
+from t2t import objectives
+from t2t.sources import HFDataset
+from t2t.task import register_task
+from t2t.tasks.text_files import unsupervised_task
+
+C4_HUB_ID, C4_CONFIG = "allenai/c4", "en"
+# allenai/c4 "en": document counts of the train and validation splits (c4/en:2.2.0 in TFDS).
+C4_SIZES = {"train": 364_868_892, "validation": 364_608}
+
+
+def c4_source() -> HFDataset:
+    """English C4 streamed from the hub."""
+    return HFDataset(C4_HUB_ID, C4_CONFIG, splits=("train", "validation"), streaming=True, sizes=C4_SIZES)
+
+
+c4_v220_span_corruption = register_task(
+    unsupervised_task("c4_v220_span_corruption", c4_source(), objectives.span_corruption, docs_per_group=128,
+                      description="T5's pre-training objective: span corruption (15%, mean span 3) over C4 en"),
+    aliases=("c4",),
+)

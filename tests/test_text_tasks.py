@@ -1,0 +1,212 @@
+"""Unsupervised tasks: text folders (Latin-1 fallback, README rule, chunking, span corruption) and C4.
+
+The stages are run here in the pipeline's order (text preprocessors → tokenize → tokenized preprocessors →
+per-draw token preprocessors → EOS) by ``run_task``, so these tests pin the task definitions themselves.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+from t2t import objectives as ob
+from t2t.sources import DataNotFoundError
+from t2t.task import get_task
+from t2t.tasks import c4 as c4_module
+from t2t.tasks.text_files import TextFolderSource, is_documentation, read_text, split_text, text_files_task
+from t2t.testing import tiny_vocabulary
+
+EOS = 1
+
+
+def tokenize(task, vocab, split="train", data_dir=None):
+    for example in task.text_examples(split, data_dir):
+        yield {key: np.asarray(vocab.encode(example[key]), dtype=np.int64) for key in ("inputs", "targets")}
+
+
+def chunks(task, vocab, sequence_length, split="train", data_dir=None):
+    stream = tokenize(task, vocab, split, data_dir)
+    for fn in task.tokenized_preprocessors:
+        stream = fn(stream, vocab=vocab, sequence_length=sequence_length)
+    return list(stream)
+
+
+def draw(task, chunk, vocab, sequence_length, seed):
+    features = dict(chunk)
+    for fn in task.token_preprocessors:
+        features = fn(features, np.random.default_rng(seed), vocab=vocab, sequence_length=sequence_length)
+    return {k: np.append(features[k], EOS) for k in ("inputs", "targets")}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A small corpus: UTF-8 (with BOM and CRLF), Latin-1, nested folders, and files that must be skipped."""
+    root = tmp_path / "corpus"
+    (root / "b_books").mkdir(parents=True)
+    (root / "a_news" / "deep").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "b_books" / "cafe.txt").write_bytes(
+        "Le café était fermé.\nIl pleuvait.\n\nDeuxième paragraphe, à côté.\n".encode("latin-1"))
+    (root / "a_news" / "deep" / "z.txt").write_bytes(
+        "\ufeffThe harbour town woke slowly.\r\nFishermen pulled their boats.\r\n\r\nThe baker opened.\r\n"
+        .encode("utf-8"))
+    (root / "a_news" / "wiki.raw").write_text(" = Title = \n\n The mayor gave a speech . \n", encoding="utf-8")
+    (root / "README.md").write_text("not corpus text")
+    (root / "b_books" / "SOURCE_README.txt").write_text("provenance, not corpus text")
+    (root / "LICENSE.txt").write_text("licence, not corpus text")
+    (root / "notes.json").write_text("{}")
+    (root / ".git" / "x.txt").write_text("hidden")
+    (root / ".hidden.txt").write_text("hidden")
+    return root
+
+
+def test_documentation_rule():
+    for name in ["README.md", "readme.txt", "SOURCE_README.txt", "SOURCE_README.md", "LICENSE.txt", "COPYING"]:
+        assert is_documentation(name), name
+    for name in ["input.txt", "austen-emma.txt", "wiki.test.raw", "1861-Lincoln.txt", "readers-digest.txt"]:
+        assert not is_documentation(name), name
+
+
+def test_files_sorted_recursive_and_documentation_excluded(folder):
+    source = TextFolderSource(folder)
+    names = [p.relative_to(folder).as_posix() for p in source.files()]
+    assert names == ["a_news/deep/z.txt", "a_news/wiki.raw", "b_books/cafe.txt"]
+
+
+def test_latin1_fallback_bom_crlf_and_paragraphs(folder):
+    assert read_text(folder / "b_books" / "cafe.txt").startswith("Le café était fermé.")
+    examples = list(TextFolderSource(folder).load("train"))
+    assert [e["text"] for e in examples] == [
+        "The harbour town woke slowly. Fishermen pulled their boats.",  # BOM dropped, CRLF, lines joined
+        "The baker opened.",
+        "= Title =",
+        "The mayor gave a speech .",
+        "Le café était fermé. Il pleuvait.",                            # Latin-1 decoded, not replaced
+        "Deuxième paragraphe, à côté.",
+    ]
+    assert examples[-1]["file"] == "b_books/cafe.txt"
+    lines = [e["text"] for e in TextFolderSource(folder, unit="line").load("train")]
+    assert lines[:3] == ["The harbour town woke slowly.", "Fishermen pulled their boats.", "The baker opened."]
+    assert len(list(TextFolderSource(folder, unit="file").load("train"))) == 3
+    assert list(split_text("a\n \nb\n\n\nc")) == ["a", "b", "c"]
+
+
+def test_relative_folder_resolves_against_data_dir(folder, monkeypatch):
+    monkeypatch.delenv("T2T_DATA_DIR", raising=False)
+    source = TextFolderSource("corpus")
+    assert len(source.files(folder.parent)) == 3
+    with pytest.raises(DataNotFoundError, match="data dir"):
+        source.files()
+    monkeypatch.setenv("T2T_DATA_DIR", str(folder.parent))
+    assert len(source.files()) == 3
+    with pytest.raises(DataNotFoundError, match="does not exist"):
+        TextFolderSource("nowhere").files(folder.parent)
+    assert not TextFolderSource("nowhere").available("train", folder.parent)
+
+
+def test_span_corruption_over_a_folder(folder):
+    vocab = tiny_vocabulary()
+    task = text_files_task("tmp_span_corruption", folder, register=False)
+    sequence_length = {"inputs": 40, "targets": 12}
+    tokens_length, targets_length = ob.random_spans_helper(40, 0.15, 3.0)
+    pieces = chunks(task, vocab, sequence_length)
+    # the whole split is concatenated and cut into tokens_length pieces (the last may be shorter)
+    all_tokens = np.concatenate([vocab.encode(e["text"]) for e in TextFolderSource(folder).load("train")])
+    np.testing.assert_array_equal(np.concatenate([p["targets"] for p in pieces]), all_tokens)
+    assert all(p["targets"].size == tokens_length for p in pieces[:-1]) and len(pieces) >= 2
+    for seed in range(20):
+        out = draw(task, pieces[0], vocab, sequence_length, seed)
+        assert out["inputs"].size == 40 and out["targets"].size == targets_length
+        restored = ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size)
+        np.testing.assert_array_equal(restored, pieces[0]["targets"])
+    # fresh noise per draw, the same noise for the same rng
+    a, b, c = (draw(task, pieces[0], vocab, sequence_length, s) for s in (1, 1, 2))
+    np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    assert not np.array_equal(a["inputs"], c["inputs"])
+
+
+@pytest.mark.parametrize("objective", [ob.prefix_lm, ob.bert_style, ob.deshuffling, ob.iid_noise_drop,
+                                       ob.iid_noise_replace_spans, ob.mass_style])
+def test_objective_variants_over_a_folder(folder, objective):
+    vocab = tiny_vocabulary()
+    task = text_files_task("tmp_variant", folder, objective, register=False)
+    sequence_length = {"inputs": 24, "targets": 24}
+    pieces = chunks(task, vocab, sequence_length)
+    assert all(p["targets"].size == 23 for p in pieces[:-1])  # inputs_length - 1, room for EOS
+    out = draw(task, pieces[0], vocab, sequence_length, 0)
+    assert out["inputs"][-1] == EOS and out["targets"][-1] == EOS
+    assert out["inputs"].size <= 24
+
+
+def test_registered_corpus_tasks():
+    task = get_task("corpus")
+    assert task.name == "corpus_span_corruption"
+    for name in ["corpus_prefix_lm", "corpus_bert_style", "corpus_deshuffling", "corpus_iid_noise_drop",
+                 "corpus_iid_noise_replace_spans", "corpus_mass_style", "corpus_random_spans"]:
+        assert get_task(name).source.folder.as_posix() == "corpus"
+
+
+def test_shared_corpus_reads_every_file(data_dir):
+    """The shared corpus (~11 MB): 135 text files once the 9 README/SOURCE_README files are left out, the 9
+    Latin-1 files decode without replacement characters, and span corruption fills 512/114 exactly."""
+    source = get_task("corpus_span_corruption").source
+    files = source.files(data_dir)
+    assert len(files) == 135 and not any(is_documentation(f.name) for f in files)
+    latin1 = [f for f in files if f.name in ("chesterton-ball.txt", "1954-Eisenhower.txt")]
+    assert len(latin1) == 2 and all("\ufffd" not in read_text(f) for f in latin1)
+    assert "è" in read_text(next(f for f in files if f.name == "chesterton-ball.txt"))
+    examples = source.load("train", data_dir)
+    first = next(iter(examples))
+    assert first["file"] == files[0].relative_to(data_dir / "corpus").as_posix()
+
+
+def test_shared_corpus_span_corruption_with_t5_vocabulary(data_dir, t5_vocab_path):
+    from t2t.vocab import SentencePieceVocabulary
+
+    vocab = SentencePieceVocabulary(t5_vocab_path)
+    task = get_task("corpus_span_corruption")
+    sequence_length = {"inputs": 512, "targets": 114}
+    head = task.source.files(data_dir)[:3]  # the first three files keep the test quick
+    stream = ({"inputs": np.zeros(0, np.int64), "targets": np.asarray(vocab.encode(text))}
+              for path in head for text in split_text(read_text(path)))
+    pieces = list(task.tokenized_preprocessors[0](stream, vocab=vocab, sequence_length=sequence_length))
+    assert len(pieces) >= 3 and all(p["targets"].size == 568 for p in pieces[:-1])
+    for seed, piece in enumerate(pieces[:-1]):
+        out = draw(task, piece, vocab, sequence_length, seed)
+        assert out["inputs"].size == 512 and out["targets"].size == 114
+        assert vocab.decode(out["targets"]).startswith("<extra_id_0>")
+
+
+# --- C4 -----------------------------------------------------------------------------------------------------
+
+def test_c4_is_t5s_span_corruption_over_streamed_allenai_c4(monkeypatch):
+    """The hub is out of reach in tests, so ``datasets.load_dataset`` is replaced by a stand-in that records
+    its arguments and yields C4-shaped rows; everything after the source is the real task."""
+    import datasets
+
+    calls = []
+    rows = [{"text": f"Document number {i}. The harbour town woke slowly on the first cold morning.",
+             "timestamp": "2019-04-25T12:57:54Z", "url": f"https://example.com/{i}"} for i in range(300)]
+
+    def fake_load_dataset(path, **kwargs):
+        calls.append((path, kwargs))
+        return iter(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    task = get_task("c4")
+    assert task is c4_module.c4_v220_span_corruption and task.name == "c4_v220_span_corruption"
+    vocab = tiny_vocabulary()
+    sequence_length = {"inputs": 512, "targets": 114}
+    pieces = chunks(task, vocab, sequence_length)
+    path, kwargs = calls[0]
+    assert path == "allenai/c4" and kwargs["name"] == "en" and kwargs["streaming"] is True
+    assert kwargs["split"] == "train"
+    # documents are concatenated in groups of 128 (t5's reduce_concat_tokens) and cut into 568 tokens
+    per_doc = [len(vocab.encode(r["text"])) for r in rows]
+    expected = sum(-(-sum(per_doc[g:g + 128]) // 568) for g in range(0, 300, 128))
+    assert len(pieces) == expected
+    out = draw(task, pieces[0], vocab, sequence_length, 0)
+    assert out["inputs"].size == 512 and out["targets"].size == 114
+    np.testing.assert_array_equal(
+        ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size), pieces[0]["targets"])
+    assert task.source.num_examples("validation") == 364_608
