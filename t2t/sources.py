@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from t2t.errors import T2TError
 
 PathLike = str | os.PathLike
@@ -339,8 +341,8 @@ def read_glue_tsv(path: PathLike, config: str) -> Iterator[dict]:
 
 def _glue_label(text: str, labels: tuple[str, ...] | None, path: Path, line: int):
     try:
-        if labels is None:  # STS-B similarity score
-            return float(text)
+        if labels is None:  # STS-B similarity score, float32 as in HF/TFDS GLUE
+            return float(np.float32(text))
         if text in labels:
             return labels.index(text)
         value = int(text)
