@@ -210,3 +210,78 @@ def test_c4_is_t5s_span_corruption_over_streamed_allenai_c4(monkeypatch):
     np.testing.assert_array_equal(
         ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size), pieces[0]["targets"])
     assert task.source.num_examples("validation") == 364_608
+
+
+# --- through the real pipeline (build_train_batches) ---------------------------------------------------------
+
+def test_folder_task_through_build_train_batches(folder):
+    """Packed 40/12 batches from a folder task: every segment is a span-corrupted chunk that restores to the
+    text, the tokens are cached (epoch 2 does not tokenize again) and epoch 2 draws fresh noise."""
+    from t2t import pipeline
+    from t2t.pipeline import build_train_batches
+    from t2t.testing import registered
+
+    vocab = tiny_vocabulary()
+    task = text_files_task("tmp_folder_span_corruption", folder, register=False)
+    with registered(task):
+        pipeline.clear_cache()
+        batches = build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40, target_length=12,
+                                      pack=True, seed=3)
+        n_chunks = len(batches.streams[task.name].data)
+        first = batches.next_examples(n_chunks)
+        second = batches.next_examples(n_chunks)  # epoch 2: same chunks, fresh noise, no tokenizing
+        pipeline.clear_cache()
+        batch = next(iter(build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40,
+                                              target_length=12, pack=True, seed=3)))
+    chunks_by_text = {}
+    for epoch in (first, second):
+        for ex in epoch:
+            assert ex["inputs"][-1] == EOS and ex["targets"][-1] == EOS
+            restored = ob.restore_from_span_corruption(ex["inputs"], ex["targets"], vocab.vocab_size)
+            chunks_by_text.setdefault(tuple(restored), []).append(tuple(ex["inputs"]))
+    assert len(chunks_by_text) == n_chunks  # each chunk is drawn once per epoch
+    assert all(len(v) == 2 for v in chunks_by_text.values())
+    # full chunks (44 tokens, 2 spans) get new noise in epoch 2; a short last chunk with one span cannot,
+    # since t5's mask puts a lone noise span at the end
+    full = [v for text, v in chunks_by_text.items() if len(text) == ob.random_spans_helper(40, .15, 3.)[0]]
+    assert len(full) >= 2 and all(v[0] != v[1] for v in full)
+    assert batch["encoder_input_tokens"].shape == (2, 40) and batch["decoder_target_tokens"].shape == (2, 12)
+    assert int(batch["encoder_segment_ids"].max()) >= 1
+
+
+def test_folder_task_tokenizes_once(folder, monkeypatch):
+    from t2t import pipeline
+    from t2t.pipeline import build_train_batches
+    from t2t.testing import registered
+
+    vocab = tiny_vocabulary()
+    calls = []
+    original = type(vocab).encode_batch
+    monkeypatch.setattr(type(vocab), "encode_batch", lambda self, texts: calls.append(1) or original(self, texts))
+    task = text_files_task("tmp_folder_once", folder, register=False)
+    with registered(task):
+        pipeline.clear_cache()
+        batches = build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40, target_length=12)
+        n_chunks = len(batches.streams[task.name].data)
+        after_open = len(calls)
+        batches.next_examples(5 * n_chunks)  # five epochs
+        assert len(calls) == after_open > 0
+    pipeline.clear_cache()
+
+
+def test_shared_corpus_packed_batches(data_dir, t5_vocab_path):
+    """corpus_span_corruption on the real corpus with T5's vocabulary: 512/114 packed batches, full chunks
+    fill the encoder exactly (one segment per row)."""
+    from t2t import pipeline
+    from t2t.pipeline import build_train_batches
+    from t2t.vocab import SentencePieceVocabulary
+
+    vocab = SentencePieceVocabulary(t5_vocab_path)
+    batches = build_train_batches("corpus", vocab=vocab, batch_size=8, input_length=512, target_length=114,
+                                  pack=True, seed=0, data_dir=data_dir)
+    batch = next(iter(batches))
+    assert batch["encoder_input_tokens"].shape == (8, 512) and batch["decoder_target_tokens"].shape == (8, 114)
+    full = batch["encoder_segment_ids"].max(dim=1).values == 1
+    assert full.sum() >= 7  # at most the one short final chunk can share a row
+    assert bool((batch["encoder_input_tokens"][full] != 0).all()) and bool((batch["decoder_loss_weights"][full] == 1).all())
+    pipeline.clear_cache()
