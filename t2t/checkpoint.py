@@ -538,19 +538,20 @@ def _weights_from_hf(hf: dict[str, torch.Tensor], model: T5, cfg: ModelConfig,
                  "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"):
         hf.pop(tied, None)
     lm_head = hf.pop("lm_head.weight", None)
-    if cfg.tie_word_embeddings:
-        shared = hf.get("shared.weight")
-        if lm_head is not None and shared is not None and not (
-                lm_head.shape == shared.shape and torch.equal(lm_head, shared)):
-            raise T2TError(f"{path} has an lm_head.weight different from shared.weight while its config ties "
-                           f"them (scaled T5 1.0 output layer); t2t cannot represent an untied, rescaled output "
-                           f"layer.")
-    else:  # T5 1.1: a separate output layer; transformers >= 5 may omit it when it equals the embedding
-        lm_head = lm_head if lm_head is not None else hf.get("shared.weight")
+    if not cfg.tie_word_embeddings:
+        # T5 1.1: a separate output layer; transformers >= 5 omits it when it shares the embedding's tensor
         if lm_head is not None:
             hf["lm_head.weight"] = lm_head
+        elif "shared.weight" in hf:
+            hf["lm_head.weight"] = hf["shared.weight"]
     expected = {hf_key(k): shape for k, shape in _expected_shapes(model).items()}
     _check_state_dict(hf, expected, path, "its config.json")
+    shared = hf["shared.weight"]
+    if cfg.tie_word_embeddings and lm_head is not None and not (
+            lm_head.shape == shared.shape and torch.equal(lm_head, shared)):
+        raise T2TError(f"{path} has an lm_head.weight different from shared.weight while its config ties them "
+                       f"(T5 1.0 style, rescaled output layer); set tie_word_embeddings false in config.json if "
+                       f"this is a T5 1.1 model.")
     ours = {hf_key(k): k for k in model.state_dict()}
     return {ours[k]: v for k, v in hf.items()}
 
