@@ -223,10 +223,11 @@ class GeneratorSource(Source):
     """Examples made by a Python function: ``fn(split) -> iterable of dicts`` (called afresh for each pass)."""
 
     def __init__(self, fn: Callable[[str], Iterable[Mapping]], splits: Sequence[str] = ("train",),
-                 sizes: Mapping[str, int] | None = None):
+                 sizes: Mapping[str, int] | None = None, streaming: bool = False):
         self.fn = fn
         self.splits = tuple(splits)
         self.sizes = dict(sizes or {})
+        self.streaming = streaming  # True: read afresh each epoch, in order, never held in memory
 
     def load(self, split, data_dir=None):
         return (dict(e) for e in self.fn(split))
