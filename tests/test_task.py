@@ -1,0 +1,203 @@
+"""Task/Mixture dataclasses, the registries, load_modules, task.examples, and the docs' custom task."""
+
+import functools
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import t2t.task as task_module
+from t2t.errors import T2TError
+from t2t.sources import InMemorySource, JsonlFiles
+from t2t.task import (MIXTURES, TASKS, Feature, Mixture, Task, get_mixture, get_task, get_task_or_mixture,
+                      load_modules, member_tasks, register_mixture, register_task)
+from t2t.testing import in_memory_task, registered, tiny_vocabulary
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
+ROWS = [{"inputs": "the first question", "targets": "yes"}, {"inputs": "a second one", "targets": "no"}]
+
+
+def test_task_is_frozen_and_normalises_lists():
+    task = in_memory_task("t", {"train": ROWS}, preprocessors=[lambda ex: ex])
+    assert isinstance(task.preprocessors, tuple)
+    with pytest.raises(Exception):
+        task.name = "other"
+    with pytest.raises(T2TError, match="must hold functions"):
+        Task("bad", InMemorySource({"train": ROWS}), preprocessors=["not a function"])
+    with pytest.raises(T2TError, match="Feature"):
+        Task("bad", InMemorySource({"train": ROWS}), output_features={"targets": "vocab"})
+
+
+def test_preprocessors_compose_in_order_over_raw_fields():
+    def add_prefix(ex, *, prefix):
+        return {"inputs": prefix + ex["question"], "targets": ex["answer"]}
+
+    def shout(ex):
+        return {**ex, "targets": ex["targets"].upper()}
+
+    task = in_memory_task("qa", {"train": [{"question": "why?", "answer": "because", "id": 7}]},
+                          preprocessors=[functools.partial(add_prefix, prefix="q: "), shout])
+    (example,) = task.text_examples("train")
+    assert example == {"question": "why?", "answer": "because", "id": 7, "inputs": "q: why?", "targets": "BECAUSE"}
+
+
+def test_preprocessor_must_return_a_dict():
+    task = in_memory_task("t", {"train": ROWS}, preprocessors=[lambda ex: None])
+    with pytest.raises(T2TError, match="returned NoneType"):
+        list(task.text_examples("train"))
+
+
+def test_unknown_and_empty_split():
+    task = in_memory_task("t", {"train": ROWS, "validation": []})
+    with pytest.raises(T2TError, match="no split 'valdation'.*did you mean 'validation'"):
+        list(task.text_examples("valdation"))
+    with pytest.raises(T2TError, match="split 'validation' of task 't' is empty"):
+        list(task.text_examples("validation"))
+
+
+def test_examples_for_evaluation():
+    vocab = tiny_vocabulary()
+    task = in_memory_task("t", {"validation": ROWS}, output_features={"inputs": Feature(), "targets": Feature()})
+    examples = task.examples("validation", vocab)
+    assert [e["inputs_pretokenized"] for e in examples] == ["the first question", "a second one"]
+    for example, row in zip(examples, ROWS):
+        assert example["inputs"].dtype == np.int64
+        assert list(example["inputs"]) == vocab.encode(row["inputs"]) + [vocab.eos_id]
+        assert list(example["targets"]) == vocab.encode(row["targets"]) + [vocab.eos_id]
+    no_eos = in_memory_task("n", {"validation": ROWS}, output_features={"inputs": Feature(add_eos=False),
+                                                                        "targets": Feature()})
+    assert list(no_eos.examples("validation", vocab)[0]["inputs"]) == vocab.encode(ROWS[0]["inputs"])
+
+
+def test_registry_duplicates_aliases_and_suggestions():
+    task = in_memory_task("my_unique_task", {"train": ROWS})
+    with registered(task, aliases={"my_unique_task": ["mut"]}):
+        assert get_task("mut") is task and get_task_or_mixture("my_unique_task") is task
+        with pytest.raises(T2TError, match="already registered"):
+            register_task(in_memory_task("my_unique_task", {"train": ROWS}))
+        with pytest.raises(T2TError, match="already registered"):
+            register_mixture(Mixture("mut", [("my_unique_task", 1.0)]))
+        with pytest.raises(T2TError, match="did you mean my_unique_task"):
+            get_task("my_uniqe_task")
+    assert "my_unique_task" not in TASKS and "mut" not in TASKS
+
+
+def test_misspelt_builtin_names_suggest_the_right_one():
+    with pytest.raises(T2TError, match=r"unknown task or mixture 'glue_stbs_v002'; did you mean glue_stsb_v002"):
+        get_task_or_mixture("glue_stbs_v002")
+    with pytest.raises(T2TError, match="did you mean .*glue_v002"):
+        get_mixture("glue_v02")
+    with pytest.raises(T2TError, match="is a mixture, not a task"):
+        get_task("glue_v002")
+
+
+def test_mixture_members_and_rates():
+    a, b = in_memory_task("mix_a", {"train": ROWS}), in_memory_task("mix_b", {"train": ROWS * 3})
+    from t2t.mixing import rate_num_examples
+    mixture = Mixture("mix_ab", [("mix_a", 2.0), (b, rate_num_examples())])
+    with registered(a, b, mixture):
+        assert mixture.rates() == {"mix_a": 2.0, "mix_b": 6.0}
+        assert [t.name for t in member_tasks("mix_ab")] == ["mix_a", "mix_b"]
+        assert member_tasks(a) == [a]
+    assert Mixture("m", {"x": 1, "y": 3}).tasks == (("x", 1), ("y", 3))
+    assert Mixture("m", ["x", "y"], default_rate=2.0).tasks == (("x", 2.0), ("y", 2.0))
+    with pytest.raises(T2TError, match="non-negative"):
+        Mixture("m", [("x", -1)])
+    with pytest.raises(T2TError, match="twice"):
+        Mixture("m", [("x", 1), ("x", 2)])
+    with pytest.raises(T2TError, match="no tasks"):
+        Mixture("m", [])
+
+
+def test_builtins_are_one_explicit_list_loaded_once():
+    assert task_module.BUILTIN_MODULES[:2] == ("t2t.tasks.glue", "t2t.mixtures.glue")
+    first = load_modules()
+    assert load_modules() == first  # no duplicate-registration error the second time
+    assert "t2t.tasks.glue" in first and "glue_stsb_v002" in TASKS and "glue_v002_proportional" in MIXTURES
+
+
+def test_load_user_module_by_name_and_path(tmp_path, monkeypatch):
+    (tmp_path / "pkg_user_tasks.py").write_text(
+        "from t2t.sources import InMemorySource\nfrom t2t.task import Task, register_task\n"
+        "register_task(Task('user_mod_task', InMemorySource({'train': [{'inputs': 'a', 'targets': 'b'}]})))\n")
+    (tmp_path / "file_tasks.py").write_text(
+        "from t2t.sources import InMemorySource\nfrom t2t.task import Task, register_task\n"
+        "register_task(Task('user_file_task', InMemorySource({'train': [{'inputs': 'a', 'targets': 'b'}]})))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        load_modules(["pkg_user_tasks", str(tmp_path / "file_tasks.py")])
+        load_modules(["pkg_user_tasks", str(tmp_path / "file_tasks.py")])  # again: imported once
+        assert "user_mod_task" in TASKS and "user_file_task" in TASKS
+    finally:
+        TASKS.unregister("user_mod_task")
+        TASKS.unregister("user_file_task")
+        sys.modules.pop("pkg_user_tasks", None)
+        task_module._loaded_paths.pop(str((tmp_path / "file_tasks.py").resolve()), None)
+    with pytest.raises(T2TError, match="task module 'no_such_module_xyz' cannot be found"):
+        load_modules(["no_such_module_xyz"])
+    with pytest.raises(T2TError, match="does not exist"):
+        load_modules([str(tmp_path / "missing.py")])
+
+
+def test_has_split(tmp_path):
+    task = Task("files", JsonlFiles({"train": "train.jsonl", "validation": "validation.jsonl"}))
+    (tmp_path / "train.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
+    assert task.has_split("train", tmp_path)
+    assert not task.has_split("validation", tmp_path)
+    assert not task.has_split("test", tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- docs/tasks.md
+
+def _custom_task_code() -> str:
+    text = DOCS.read_text()
+    section = text.split("## Custom tasks", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def custom_task_module(tmp_path):
+    path = tmp_path / "my_tasks.py"
+    path.write_text(_custom_task_code())
+    yield path
+    TASKS.unregister("my_sentiment")
+    task_module._loaded_paths.pop(str(path.resolve()), None)
+
+
+def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
+    from t2t.inspect import show_examples
+    from t2t.pipeline import build_train_batches
+
+    data = tmp_path / "data"
+    (data / "sentiment").mkdir(parents=True)
+    train = [{"text": f"review number {i} was {'great' if i % 2 else 'bad'}", "label": LABEL}
+             for i, LABEL in zip(range(20), ["negative", "positive"] * 10)]
+    validation = [{"text": "a warm, funny film", "label": "positive"}, {"text": "dull", "label": "negative"}]
+    (data / "sentiment" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (data / "sentiment" / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in validation))
+
+    load_modules([str(custom_task_module)])
+    task = get_task("sentiment")
+    assert task.name == "my_sentiment"
+    shown = list(show_examples("sentiment", "validation", 2, data_dir=data))
+    assert shown == [{"inputs": "sentiment: a warm, funny film", "targets": "positive"},
+                     {"inputs": "sentiment: dull", "targets": "negative"}]
+
+    vocab = tiny_vocabulary()
+    examples = task.examples("validation", vocab, data_dir=data)
+    assert examples[0]["text"] == "a warm, funny film" and examples[0]["label"] == "positive"
+    targets = [task.postprocess(e["targets_pretokenized"], e, is_target=True) for e in examples]
+    assert targets == [1, 0]
+    assert task.metric_fns[0](targets, [1, 1]) == {"accuracy": 50.0}
+
+    batches = iter(build_train_batches("my_sentiment", vocab=vocab, batch_size=4, input_length=32,
+                                       target_length=4, data_dir=data))
+    batch = next(batches)
+    assert batch["encoder_input_tokens"].shape == (4, 32)
+
+    (data / "sentiment" / "validation.jsonl").write_text(json.dumps({"text": "meh", "label": "neutral"}) + "\n")
+    with pytest.raises(T2TError, match="has label 'neutral'; use one of negative, positive"):
+        list(show_examples("my_sentiment", "validation", 1, data_dir=data))
