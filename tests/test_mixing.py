@@ -1,0 +1,85 @@
+"""Mixing rates (T5 §3.5.2) and the seeded, resumable sampler."""
+
+import hashlib
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from t2t.errors import T2TError
+from t2t.mixing import (MixtureSampler, draw_rng, epoch_permutation, normalize_rates, rate_equal,
+                        rate_num_examples, rate_unsupervised, sampled_counts, stable_hash)
+from t2t.testing import in_memory_task
+
+
+def _task(n):
+    return in_memory_task(f"t{n}", {"train": [{"inputs": "x", "targets": "y"}] * n})
+
+
+def test_rate_num_examples_limit_temperature_scale():
+    assert rate_num_examples()(_task(300)) == 300
+    assert rate_num_examples(maximum=100)(_task(300)) == 100
+    assert rate_num_examples(maximum=1000)(_task(300)) == 300
+    assert rate_num_examples(temperature=2.0)(_task(400)) == pytest.approx(20.0)
+    assert rate_num_examples(maximum=100, temperature=2.0)(_task(400)) == pytest.approx(10.0)
+    assert rate_num_examples(scale=0.5)(_task(300)) == 150
+    with pytest.raises(T2TError):
+        rate_num_examples(temperature=0)
+    assert rate_unsupervised()(_task(1)) == 1e6 and rate_equal()(_task(5)) == 1.0
+
+
+def test_normalize_rates_drops_zero_rates():
+    assert normalize_rates({"a": 1, "b": 3, "c": 0}) == {"a": 0.25, "b": 0.75}
+    with pytest.raises(T2TError, match="nothing to sample"):
+        normalize_rates({"a": 0})
+
+
+def test_sampled_frequencies_match_rates():
+    rates = {"a": 1.0, "b": 3.0, "c": 6.0, "d": 0.5}
+    n = 40_000
+    counts = sampled_counts(rates, n, seed=123)
+    total = sum(rates.values())
+    expected = [n * rates[k] / total for k in rates]
+    observed = [counts[k] for k in rates]
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    for k, e in zip(rates, expected):
+        p = rates[k] / total
+        assert abs(counts[k] - e) < 4 * np.sqrt(n * p * (1 - p)), k
+
+
+def test_stream_is_a_pure_function_of_seed_and_position():
+    rates = {"a": 1.0, "b": 1.0, "c": 2.0}
+    one, two = MixtureSampler(rates, seed=7), MixtureSampler(rates, seed=7)
+    assert [one.next_task() for _ in range(500)] == [two.next_task() for _ in range(500)]
+    other = MixtureSampler(rates, seed=8)
+    assert [other.next_task()[0] for _ in range(200)] != [MixtureSampler(rates, 7).next_task()[0] for _ in range(200)]
+    assert one.task_at(1234) == MixtureSampler(rates, seed=7).task_at(1234)
+
+
+def test_sampler_resume():
+    rates = {"a": 2.0, "b": 1.0}
+    sampler = MixtureSampler(rates, seed=1)
+    for _ in range(37):
+        sampler.next_task()
+    state = sampler.state_dict()
+    expected = [sampler.next_task() for _ in range(100)]
+    resumed = MixtureSampler(rates, seed=1)
+    resumed.load_state_dict(state)
+    assert [resumed.next_task() for _ in range(100)] == expected
+    with pytest.raises(T2TError, match="same mixture and seed"):
+        MixtureSampler(rates, seed=2).load_state_dict(state)
+
+
+def test_epoch_permutations():
+    first, second = epoch_permutation(0, "task", 0, 50), epoch_permutation(0, "task", 1, 50)
+    assert sorted(first) == list(range(50)) and sorted(second) == list(range(50))
+    assert list(first) != list(second)
+    assert list(first) == list(epoch_permutation(0, "task", 0, 50))
+    assert list(first) != list(epoch_permutation(0, "other", 0, 50))
+
+
+def test_draw_rng_and_stable_hash():
+    assert draw_rng(0, "t", 1, 2).random() == draw_rng(0, "t", 1, 2).random()
+    assert draw_rng(0, "t", 1, 2).random() != draw_rng(0, "t", 1, 3).random()
+    digest = hashlib.sha256(b"glue_stsb_v002").digest()[:8]
+    assert stable_hash("glue_stsb_v002") == int.from_bytes(digest, "little") >> 1
