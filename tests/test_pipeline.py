@@ -1,0 +1,239 @@
+"""build_train_batches / task.examples: determinism, exact resume (also packed), rank sharding, epochs,
+trimming, caching, unavailable members — on in-memory tasks and the tiny vocabulary."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from t2t import pipeline
+from t2t.errors import T2TError
+from t2t.pipeline import build_train_batches
+from t2t.sources import GeneratorSource, JsonlFiles
+from t2t.task import Mixture, Task
+from t2t.testing import in_memory_task, registered, tiny_vocabulary
+
+WORDS = "the harbour town woke slowly on the first cold morning of autumn fishermen pulled their boats".split()
+
+
+def _rows(n, tag, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        k = int(rng.integers(1, 12))
+        rows.append({"inputs": f"{tag} {i} " + " ".join(rng.choice(WORDS, k)), "targets": f"answer {i % 7}"})
+    return rows
+
+
+@pytest.fixture
+def vocab():
+    return tiny_vocabulary()
+
+
+@pytest.fixture
+def tasks():
+    a = in_memory_task("pipe_a", {"train": _rows(23, "alpha", 1)})
+    b = in_memory_task("pipe_b", {"train": _rows(61, "beta", 2)})
+    mix = Mixture("pipe_mix", [("pipe_a", 1.0), ("pipe_b", 2.0)])
+    with registered(a, b, mix):
+        yield a, b, mix
+
+
+def _build(vocab, name="pipe_mix", **kw):
+    args = dict(vocab=vocab, batch_size=4, input_length=64, target_length=32, pack=True, seed=3)
+    args.update(kw)
+    return build_train_batches(name, **args)
+
+
+def _take(batches, n):
+    it = iter(batches)
+    return [next(it) for _ in range(n)]
+
+
+def _same(xs, ys):
+    return len(xs) == len(ys) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+                                      for x, y in zip(xs, ys))
+
+
+def _decoded(vocab, examples):
+    return [vocab.decode(e["inputs"]) for e in examples]
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_deterministic_and_resumes_exactly(vocab, tasks, pack):
+    one, two = _build(vocab, pack=pack), _build(vocab, pack=pack)
+    assert _same(_take(one, 5), _take(two, 5))
+    state = json.loads(json.dumps(one.state_dict()))  # JSON-able
+    expected = _take(one, 30)  # crosses several epochs of pipe_a
+    resumed = _build(vocab, pack=pack)
+    resumed.load_state_dict(state)
+    assert _same(_take(resumed, 30), expected)
+    assert not _same(_take(_build(vocab, pack=pack, seed=4), 5), _take(_build(vocab, pack=pack), 5))
+
+
+def test_packed_state_points_at_the_held_back_example(vocab, tasks):
+    batches = _build(vocab, pack=True, target_length=32)
+    first = _take(batches, 1)[0]
+    n_segments = int(sum(first["encoder_segment_ids"][r].max() for r in range(4)))
+    assert batches.state_dict()["ranks"]["0"]["sampler"]["position"] == n_segments
+    assert n_segments > 4  # several short examples per row
+
+
+def test_resume_with_random_token_preprocessor(vocab):
+    def shuffle_tokens(features, rng, *, vocab, sequence_length):
+        return {**features, "inputs": rng.permutation(features["inputs"])}
+
+    task = in_memory_task("pipe_random", {"train": _rows(9, "gamma")}, token_preprocessors=[shuffle_tokens])
+    with registered(task):
+        batches = _build(vocab, "pipe_random", pack=False)
+        _take(batches, 2)
+        state = batches.state_dict()
+        expected = _take(batches, 8)
+        resumed = _build(vocab, "pipe_random", pack=False)
+        resumed.load_state_dict(state)
+        assert _same(_take(resumed, 8), expected)
+        # fresh noise per epoch: the same example is shuffled differently the next time it is drawn
+        draws = _build(vocab, "pipe_random", pack=False).next_examples(18)
+        firsts = {}
+        for d in draws:
+            key = tuple(sorted(d["inputs"].tolist()))
+            firsts.setdefault(key, []).append(d["inputs"].tolist())
+        assert any(len(v) == 2 and v[0] != v[1] for v in firsts.values())
+
+
+def test_each_epoch_is_a_permutation_of_the_task(vocab, tasks):
+    batches = _build(vocab, "pipe_a", pack=False)
+    epochs = [_decoded(vocab, batches.next_examples(23)) for _ in range(2)]
+    expected = sorted(vocab.decode(vocab.encode(r["inputs"])) for r in tasks[0].source.examples["train"])
+    assert sorted(epochs[0]) == sorted(epochs[1]) == expected
+    assert epochs[0] != epochs[1]
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_rank_sharding_unions_to_one_process(vocab, tasks, pack):
+    single = _build(vocab, pack=pack, batch_size=4).next_examples(40)
+    ranks = [_build(vocab, pack=pack, batch_size=4, rank=r, world_size=2).next_examples(20) for r in range(2)]
+    assert _decoded(vocab, ranks[0]) == _decoded(vocab, single[0::2])
+    assert _decoded(vocab, ranks[1]) == _decoded(vocab, single[1::2])
+
+
+def test_unpacked_rank_batches_are_the_rows_of_one_batch(vocab, tasks):
+    single = _take(_build(vocab, pack=False, batch_size=8), 3)
+    r0 = _take(_build(vocab, pack=False, batch_size=8, rank=0, world_size=2), 3)
+    r1 = _take(_build(vocab, pack=False, batch_size=8, rank=1, world_size=2), 3)
+    for s, a, b in zip(single, r0, r1):
+        assert a["encoder_input_tokens"].shape[0] == 4
+        assert torch.equal(s["encoder_input_tokens"][0::2], a["encoder_input_tokens"])
+        assert torch.equal(s["encoder_input_tokens"][1::2], b["encoder_input_tokens"])
+
+
+def test_rank_state_is_per_rank(vocab, tasks):
+    r1 = _build(vocab, rank=1, world_size=2)
+    _take(r1, 2)
+    state = r1.state_dict()
+    with pytest.raises(T2TError, match="no entry for rank 0"):
+        _build(vocab, rank=0, world_size=2).load_state_dict(state)
+    with pytest.raises(T2TError, match="world_size"):
+        _build(vocab).load_state_dict(state)
+    with pytest.raises(T2TError, match="seed"):
+        _build(vocab, rank=1, world_size=2, seed=9).load_state_dict(state)
+
+
+def test_bad_layouts(vocab, tasks):
+    with pytest.raises(T2TError, match="multiple"):
+        _build(vocab, batch_size=5, world_size=2)
+    with pytest.raises(T2TError, match="rank"):
+        _build(vocab, rank=2, world_size=2)
+
+
+def test_trimming_keeps_eos_last_and_warns_once_with_count(vocab, caplog):
+    rows = [{"inputs": "word " * 80, "targets": "short"}, {"inputs": "tiny", "targets": "short"},
+            {"inputs": "word " * 90, "targets": "short"}]
+    with registered(in_memory_task("pipe_long", {"train": rows})):
+        with caplog.at_level(logging.WARNING, logger="t2t.pipeline"):
+            examples = _build(vocab, "pipe_long", pack=False).next_examples(6)
+    warnings = [r.getMessage() for r in caplog.records if "trimmed" in r.getMessage()]
+    assert len(warnings) == 1 and "2 of 3 train examples" in warnings[0]
+    for e in examples:
+        assert len(e["inputs"]) <= 64 and e["inputs"][-1] == vocab.eos_id
+    assert sorted(len(e["inputs"]) for e in examples)[-1] == 64
+
+
+def test_tokenized_once_across_epochs(vocab, monkeypatch):
+    calls = []
+    original = type(vocab).encode_batch
+
+    def counting(self, texts):
+        texts = list(texts)
+        calls.append(len(texts))
+        return original(self, texts)
+
+    monkeypatch.setattr(type(vocab), "encode_batch", counting)
+    pipeline.clear_cache()
+    with registered(in_memory_task("pipe_cache", {"train": _rows(10, "delta")})):
+        batches = _build(vocab, "pipe_cache", pack=False)
+        after_build = len(calls)
+        batches.next_examples(35)  # three and a half epochs
+        assert len(calls) == after_build == 2  # inputs and targets, one batch call each
+        from t2t.task import get_task
+        get_task("pipe_cache").examples("train", vocab)  # evaluation reuses the same cache
+        assert len(calls) == 2
+
+
+def test_missing_members_error_or_skip(vocab, tmp_path, caplog):
+    ok = in_memory_task("pipe_ok", {"train": _rows(5, "ok")})
+    gone = Task("pipe_gone", JsonlFiles({"train": "gone/train.jsonl"}))
+    gone2 = Task("pipe_gone2", JsonlFiles({"train": "gone2/train.jsonl"}))
+    mix = Mixture("pipe_partial", [("pipe_ok", 1.0), ("pipe_gone", 5.0), ("pipe_gone2", 1.0)])
+    with registered(ok, gone, gone2, mix):
+        with pytest.raises(T2TError, match=r"missing for 2 task\(s\) of 'pipe_partial': pipe_gone, pipe_gone2"):
+            _build(vocab, "pipe_partial", data_dir=tmp_path)
+        with caplog.at_level(logging.WARNING, logger="t2t.pipeline"):
+            batches = _build(vocab, "pipe_partial", data_dir=tmp_path, skip_unavailable=True)
+        assert batches.rates == {"pipe_ok": 1.0}
+        messages = " ".join(r.getMessage() for r in caplog.records)
+        assert "skipping pipe_gone of pipe_partial" in messages and "skipping pipe_gone2" in messages
+        assert _take(batches, 1)[0]["encoder_input_tokens"].shape == (4, 64)
+
+
+def test_zero_rate_members_are_not_loaded(vocab):
+    ok = in_memory_task("pipe_ok2", {"train": _rows(5, "ok")})
+    eval_only = in_memory_task("pipe_eval_only", {"validation": _rows(2, "ev")})
+    with registered(ok, eval_only, Mixture("pipe_with_eval", [("pipe_ok2", 1.0), ("pipe_eval_only", 0.0)])):
+        assert _build(vocab, "pipe_with_eval").rates == {"pipe_ok2": 1.0}
+
+
+def test_streaming_source_in_order_and_resumable(vocab):
+    rows = _rows(7, "stream")
+    task = Task("pipe_stream", GeneratorSource(lambda split: iter(rows), streaming=True))
+    with registered(task):
+        batches = _build(vocab, "pipe_stream", pack=False)
+        first = _decoded(vocab, batches.next_examples(10))
+        expected = [vocab.decode(vocab.encode(r["inputs"])) for r in rows]
+        assert first == expected + expected[:3]  # source order, then the next epoch
+        state = batches.state_dict()
+        more = _decoded(vocab, batches.next_examples(9))
+        resumed = _build(vocab, "pipe_stream", pack=False)
+        resumed.load_state_dict(state)
+        assert _decoded(vocab, resumed.next_examples(9)) == more
+
+
+def test_tokenized_stage_gets_vocab_and_lengths(vocab):
+    from t2t.preprocessors import concat_and_split
+
+    seen = {}
+
+    def chunks(examples, *, vocab, sequence_length):
+        seen.update(sequence_length)
+        return concat_and_split(examples, vocab=vocab, sequence_length=sequence_length,
+                                length=lambda sl: sl["targets"] - 1)
+
+    task = in_memory_task("pipe_chunks", {"train": [{"targets": "word " * 90}, {"targets": "more words"}]},
+                          tokenized_preprocessors=[chunks])
+    with registered(task):
+        examples = _build(vocab, "pipe_chunks", pack=False).next_examples(3)
+    assert seen == {"inputs": 64, "targets": 32}
+    assert all(len(e["targets"]) <= 32 and e["targets"][-1] == vocab.eos_id for e in examples)
+    assert all(len(e["inputs"]) == 0 for e in examples)  # optional feature absent → empty
