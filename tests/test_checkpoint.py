@@ -424,3 +424,67 @@ def test_rng_state_is_weights_only_loadable_without_numpy_globals(tmp_path):
     checkpoint.set_rng_state(state)
     assert isinstance(state["python"]["state"], torch.Tensor)
     assert os.path.getsize(tmp_path / "rng.pt") < 50_000
+
+
+# ----------------------------------------------------------------------------------------------------------
+# t5x msgpack checkpoints (optional: needs msgpack and the t5x test checkpoint)
+
+T5X_TINY = Path(os.environ.get(
+    "T2T_T5X_CHECKPOINT", "/work/shared/data/checkpoints/t5x_test_t5_tiny/test_t5_tiny.checkpoint_0"))
+
+
+@pytest.fixture
+def t5x_file() -> Path:
+    pytest.importorskip("msgpack", reason="from_t5x needs msgpack (pip install msgpack)")
+    if not T5X_TINY.is_file():
+        pytest.skip(f"t5x test checkpoint not found at {T5X_TINY}; set T2T_T5X_CHECKPOINT")
+    return T5X_TINY
+
+
+def _t5x_params(file: Path) -> dict:
+    import msgpack
+
+    return msgpack.unpackb(file.read_bytes(), ext_hook=checkpoint._t5x_ext_hook, raw=False)["optimizer"]["target"]
+
+
+def test_from_t5x_reads_the_architecture_and_transposes_kernels(t5x_file):
+    model = checkpoint.from_t5x(t5x_file)
+    assert model.config == ModelConfig(vocab_size=32128, d_model=8, d_kv=3, d_ff=16, num_layers=2,
+                                       num_decoder_layers=2, num_heads=4, relative_attention_num_buckets=32,
+                                       feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    params = _t5x_params(t5x_file)
+    state = model.state_dict()
+    assert torch.equal(state["shared.weight"], params["token_embedder"]["embedding"])
+    assert torch.equal(state["lm_head.weight"], params["decoder"]["logits_dense"]["kernel"].T)
+    assert torch.equal(state["encoder.relative_attention_bias.weight"],
+                       params["encoder"]["relpos_bias"]["rel_embedding"].T)
+    assert torch.equal(state["decoder.blocks.1.cross_attn.q.weight"],
+                       params["decoder"]["layers_1"]["encoder_decoder_attention"]["query"]["kernel"].T)
+    assert torch.equal(state["encoder.blocks.0.ff.wo.weight"], params["encoder"]["layers_0"]["mlp"]["wo"]["kernel"].T)
+    assert torch.equal(state["decoder.blocks.0.cross_attn.layer_norm.weight"],
+                       params["decoder"]["layers_0"]["pre_cross_attention_layer_norm"]["scale"])
+    enc = torch.tensor([[5, 6, 7, 1], [8, 1, 0, 0]])
+    with torch.no_grad():
+        logits = model.eval()(enc, torch.tensor([[0, 3, 4], [0, 5, 6]]))
+    assert logits.shape == (2, 3, 32128) and torch.isfinite(logits).all()
+    # the folder form works too, through the same path
+    assert checkpoint.from_t5x(t5x_file).config == model.config
+
+
+def test_from_t5x_damaged_file(t5x_file, tmp_path):
+    bad = tmp_path / "checkpoint"
+    bad.write_bytes(t5x_file.read_bytes()[:100_000])
+    with pytest.raises(T2TError) as e:
+        checkpoint.from_t5x(tmp_path)  # a folder holding a `checkpoint` file
+    assert_one_sentence_naming(e, bad)
+    with pytest.raises(T2TError) as e:
+        checkpoint.from_t5x(tmp_path / "nope")
+    assert "nope" in str(e.value)
+
+
+def test_from_t5x_without_msgpack(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "msgpack", None)
+    with pytest.raises(T2TError, match="pip install msgpack"):
+        checkpoint.from_t5x(tmp_path)
