@@ -1,0 +1,83 @@
+"""t2t-show / t2t-tasks cores: examples in source order as JSON-able dicts, and the registry table."""
+
+import json
+
+import pytest
+
+from t2t.errors import T2TError
+from t2t.inspect import format_registry_table, registry_table, show_examples
+from t2t.task import Mixture
+from t2t.testing import in_memory_task, registered, tiny_vocabulary
+
+ROWS = [{"question": f"question number {i}", "answer": "yes" if i % 2 else "no"} for i in range(600)]
+
+
+def _to_text(example):
+    return {"inputs": "ask: " + example["question"], "targets": example["answer"]}
+
+
+@pytest.fixture
+def task():
+    with registered(in_memory_task("show_me", {"validation": ROWS}, preprocessors=[_to_text])) as t:
+        yield t
+
+
+def test_show_examples_in_source_order(task):
+    shown = list(show_examples("show_me", "validation", 3))
+    assert shown == [{"inputs": "ask: question number 0", "targets": "no"},
+                     {"inputs": "ask: question number 1", "targets": "yes"},
+                     {"inputs": "ask: question number 2", "targets": "no"}]
+    everything = list(show_examples("show_me", "validation", None))
+    assert len(everything) == 600 and everything[599]["inputs"] == "ask: question number 599"
+    assert list(show_examples("show_me", "validation", 0)) == []
+    json.dumps(everything)
+
+
+def test_show_examples_with_tokens(task):
+    vocab = tiny_vocabulary()
+    (first,) = show_examples("show_me", "validation", 1, with_tokens=True, vocab=vocab)
+    assert first["inputs_tokens"] == vocab.encode("ask: question number 0") + [vocab.eos_id]
+    assert first["targets_tokens"] == vocab.encode("no") + [vocab.eos_id]
+    assert all(isinstance(i, int) for i in first["inputs_tokens"])
+    with pytest.raises(T2TError, match="needs a vocabulary"):
+        list(show_examples("show_me", "validation", 1, with_tokens=True))
+
+
+def test_show_errors(task):
+    with registered(Mixture("show_mix", [("show_me", 1.0)])):
+        with pytest.raises(T2TError, match="is a mixture; show one of its tasks"):
+            list(show_examples("show_mix", "validation", 1))
+    with pytest.raises(T2TError, match="did you mean show_me"):
+        list(show_examples("show_mee", "validation", 1))
+    with pytest.raises(T2TError, match="no split 'train'"):
+        list(show_examples("show_me", "train", 1))
+
+
+def test_registry_table_without_data(task):
+    rows = {r["name"]: r for r in registry_table()}
+    stsb = rows["glue_stsb_v002"]
+    assert stsb["kind"] == "task" and stsb["aliases"] == ["stsb"]
+    assert stsb["splits"] == {"train": 5749, "validation": 1500, "test": 1379}
+    assert rows["show_me"]["splits"] == {"validation": 600}
+    glue = rows["glue_v002_proportional"]
+    assert glue["kind"] == "mixture" and glue["aliases"] == ["glue_v002"]
+    assert glue["rates"]["glue_sst2_v002"] == 67349 and "glue_wnli_v002" not in glue["rates"]
+    text = format_registry_table()
+    assert "glue_stsb_v002 (stsb)  [train=5749, validation=1500, test=1379]" in text
+    assert "mixture  glue_v002_proportional (glue_v002)" in text
+
+
+def test_registry_table_local_splits(tmp_path):
+    (tmp_path / "glue" / "RTE").mkdir(parents=True)
+    (tmp_path / "glue" / "RTE" / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n")
+    rows = {r["name"]: r for r in registry_table(tmp_path)}
+    assert rows["glue_rte_v002"]["local_splits"] == ["validation"]
+    assert rows["glue_qqp_v002"]["local_splits"] == []
+
+
+def test_callable_rates_shown_without_reading_data(task):
+    from t2t.mixing import rate_num_examples
+    big = in_memory_task("show_big", {"train": ROWS})
+    with registered(big, Mixture("show_rates", [("show_big", rate_num_examples(maximum=100))])):
+        rows = {r["name"]: r for r in registry_table()}
+        assert rows["show_rates"]["rates"] == {"show_big": 100.0}
