@@ -123,19 +123,19 @@ def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_l
     _check_density(noise_density, mean_noise_span_length)
     orig_length = int(length)
     length = max(orig_length, 2)
-    num_noise_tokens = int(np.round(np.float32(length) * np.float32(noise_density)))
+    # float32 products and quotients as tf computes them; Python's round() on the (exactly widened) float32
+    # value is round-half-to-even, like tf.round.
+    num_noise_tokens = round(float(np.float32(length) * np.float32(noise_density)))
     num_noise_tokens = min(max(num_noise_tokens, 1), length - 1)
-    num_noise_spans = int(np.round(np.float32(num_noise_tokens) / np.float32(mean_noise_span_length)))
+    num_noise_spans = round(float(np.float32(num_noise_tokens) / np.float32(mean_noise_span_length)))
     num_nonnoise_tokens = length - num_noise_tokens
     num_noise_spans = max(min(num_noise_spans, num_noise_tokens, num_nonnoise_tokens), 1)
 
     noise_lengths = _random_segmentation(num_noise_tokens, num_noise_spans, rng)
     nonnoise_lengths = _random_segmentation(num_nonnoise_tokens, num_noise_spans, rng)
-    interleaved = np.stack([nonnoise_lengths, noise_lengths], axis=1).reshape(-1)
-    span_starts = np.cumsum(interleaved)[:-1]
-    starts = np.zeros(length, dtype=np.int64)
-    starts[span_starts] = 1
-    is_noise = np.cumsum(starts) % 2 == 1
+    interleaved = np.empty(2 * num_noise_spans, dtype=np.int64)
+    interleaved[0::2], interleaved[1::2] = nonnoise_lengths, noise_lengths
+    is_noise = np.repeat(np.tile(np.array([False, True]), num_noise_spans), interleaved)
     return is_noise[:orig_length]
 
 
