@@ -296,14 +296,16 @@ class TrainBatches:
         streams: dict[str, TaskStream] = {}
         rates: dict[str, float] = {}
         missing: list[tuple[str, str]] = []
-        for member, rate in members:
+        present: list[Task] = []
+        for member, rate in members:  # first find what is missing, before tokenizing anything
             task = item if isinstance(item, Task) else get_task(member)
             try:
                 value = _rate_value(task, rate, data_dir)
                 if value <= 0:
                     continue  # evaluation-only member (e.g. MNLI matched/mismatched in GLUE)
                 task.check_split(self.split)
-                streams[task.name] = TaskStream(task, self.split, vocab, data_dir, self.seed, self.sequence_length)
+                iter(task.source.load(self.split, data_dir))  # opens the data (local check or hub load)
+                present.append(task)
                 rates[task.name] = value
             except DataNotFoundError as e:
                 missing.append((task.name, str(e)))
@@ -322,6 +324,8 @@ class TrainBatches:
             raise T2TError(f"{self.split} data is missing for {len(missing)} task(s) of {item.name!r}: {names} "
                            f"(first: {missing[0][1]}); get the data, or pass skip_unavailable "
                            f"(--skip-unavailable) to train on the rest.")
+        for task in present:
+            streams[task.name] = TaskStream(task, self.split, vocab, data_dir, self.seed, self.sequence_length)
         return streams, rates
 
     # -- the stream of this rank's examples
