@@ -161,8 +161,7 @@ class Attention(nn.Module):
         self.k = nn.Linear(cfg.d_model, inner, bias=False)
         self.v = nn.Linear(cfg.d_model, inner, bias=False)
         self.o = nn.Linear(inner, cfg.d_model, bias=False)
-        self.dropout_rate = cfg.dropout_rate
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = nn.Dropout(cfg.dropout_rate)  # also the attention-probability dropout rate
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -171,7 +170,7 @@ class Attention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
-        p = self.dropout_rate if self.training else 0.0
+        p = self.dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=1.0)  # [B, H, T, d_kv]
         B, H, T, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))  # [B, T, d_model]
