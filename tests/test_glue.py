@@ -2,9 +2,7 @@
 
 import csv
 import decimal
-import functools
 import itertools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ import pytest
 from t2t import metrics
 from t2t.errors import T2TError
 from t2t.preprocessors import stsb_target, string_label_to_class_id, string_to_float
-from t2t.sources import GLUE_SIZES, DataNotFoundError, GlueSource, read_glue_tsv
+from t2t.sources import GLUE_SIZES, DataNotFoundError, GlueSource
 from t2t.task import get_mixture, get_task, get_task_or_mixture
 
 N_ROWS = 300
