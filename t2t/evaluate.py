@@ -83,8 +83,8 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
     decoded = decode_in_batches(model, [ex["inputs"] for ex in examples], vocab, batch_size=batch_size,
                                 beam_size=beam_size, max_new_tokens=max_new_tokens, device=device,
                                 precision=precision, desc=task.name)
-    targets = [postprocess(task, ex["targets_pretokenized"], ex, is_target=True) for ex in examples]
-    predictions = [postprocess(task, text, ex, is_target=False) for text, ex in zip(decoded, examples)]
+    targets = [task.postprocess(ex["targets_pretokenized"], ex, is_target=True) for ex in examples]
+    predictions = [task.postprocess(text, ex, is_target=False) for text, ex in zip(decoded, examples)]
     metrics = {}
     for metric_fn in task.metric_fns:
         metrics.update(metric_fn(targets, predictions))
@@ -92,12 +92,6 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
                 "target_value": jsonable(t), "prediction_value": jsonable(p)}
                for ex, text, t, p in zip(examples, decoded, targets, predictions)]
     return metrics, records
-
-
-def postprocess(task: Task, text: str, example: dict, is_target: bool):
-    if task.postprocess_fn is None:
-        return text
-    return task.postprocess_fn(text, example=example, is_target=is_target)
 
 
 @torch.no_grad()
