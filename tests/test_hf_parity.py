@@ -145,8 +145,6 @@ def test_from_hf_t5_1_1_whose_output_layer_shares_the_embedding(tmp_path):
 
 
 def test_from_hf_same_greedy_decodes_as_generate(tmp_path, style):
-    from t2t import decoding  # noqa: F401  (model.generate lives there)
-
     # EOS often wins, so early stops and padding happen; 2+2 layers because transformers' generate cannot
     # build its cache for fewer encoder than decoder layers (num_hidden_layers is the encoder's count)
     hf = random_hf_model(style, seed=11, eos_boost=6.0, num_decoder_layers=2)
@@ -285,8 +283,7 @@ def test_unsupported_configs(tmp_path, changes, needle):
 def test_weights_that_do_not_match_the_config(tmp_path):
     hf = random_hf_model("t5_1_0", seed=31)
     hf.save_pretrained(tmp_path / "hf")
-    path = _write_config(tmp_path / "hf", d_ff=48, **STYLES["t5_1_0"])
-    del path
+    _write_config(tmp_path / "hf", d_ff=48, **STYLES["t5_1_0"])
     with pytest.raises(T2TError) as e:
         t2t.from_hf(tmp_path / "hf")
     message = str(e.value)
