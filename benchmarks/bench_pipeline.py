@@ -1,0 +1,227 @@
+"""Is the data pipeline ever the bottleneck? Batches per second of the pipeline vs. t5-small training steps.
+
+Run by hand (never a test):
+
+    T2T_DATA_DIR=/work/shared/data python benchmarks/bench_pipeline.py [--threads 2] [--steps 3]
+
+Measures, in one process on this machine's CPU:
+
+1. ``corpus`` (``corpus_span_corruption`` over ``$T2T_DATA_DIR/corpus`` with T5's SentencePiece model):
+   opening the stream (tokenizing and chunking the whole ~11 MB corpus once), then packed 512/114 batches of 8
+   through ``build_train_batches`` -- span corruption, trimming, EOS and packing on every draw. Epoch 1 vs
+   epoch 2: the time per draw and the number of ``encode_batch`` calls made during each epoch.
+2. ``glue_v002_proportional`` (the GLUE mixture present under ``$T2T_DATA_DIR/glue``; missing members skipped)
+   packed 512/128, batch 8.
+3. One t5-small training step (forward + loss + backward + Adafactor step) on a packed corpus batch, with
+   ``t2t.model.T5`` (``configs/models/t5-small.yaml``), at the same torch thread count.
+
+Writes ``benchmarks/results/pipeline.json``; the numbers are summarised in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# GLUE members without a local copy (QQP, MNLI, QNLI train) would otherwise retry the unreachable hub for
+# ~20 s each before being skipped; offline mode skips them at once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from t2t import pipeline
+from t2t.pipeline import build_train_batches
+from t2t.vocab import load_vocabulary
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pipeline.json"
+
+
+class CountingVocab:
+    """Counts tokenizer calls by wrapping the vocabulary's class methods (so cache keys are unchanged)."""
+
+    def __init__(self, vocab):
+        self.calls = {"encode": 0, "encode_batch": 0, "texts": 0}
+        cls = type(vocab)
+        self._originals = (cls.encode, cls.encode_batch)
+        counts = self.calls
+
+        def encode(self_, text, _orig=cls.encode):
+            counts["encode"] += 1
+            counts["texts"] += 1
+            return _orig(self_, text)
+
+        def encode_batch(self_, texts, _orig=cls.encode_batch):
+            texts = list(texts)
+            counts["encode_batch"] += 1
+            counts["texts"] += len(texts)
+            return _orig(self_, texts)
+
+        cls.encode, cls.encode_batch = encode, encode_batch
+        self.cls = cls
+
+    def snapshot(self) -> dict:
+        return dict(self.calls)
+
+    def restore(self) -> None:
+        self.cls.encode, self.cls.encode_batch = self._originals
+
+
+def batch_stats(batch: dict) -> dict:
+    seg = batch.get("encoder_segment_ids")
+    return {
+        "encoder_fill": float((batch["encoder_input_tokens"] != 0).float().mean()),
+        "decoder_fill": float((batch["decoder_target_tokens"] != 0).float().mean()),
+        "examples": int(seg.max(dim=1).values.sum()) if seg is not None else int(batch["encoder_input_tokens"].shape[0]),
+    }
+
+
+def time_batches(batches, n: int) -> dict:
+    it = iter(batches)
+    next(it)  # warm-up
+    examples = enc_tokens = dec_tokens = 0
+    start = time.perf_counter()
+    for _ in range(n):
+        batch = next(it)
+        stats = batch_stats(batch)
+        examples += stats["examples"]
+        enc_tokens += int((batch["encoder_input_tokens"] != 0).sum())
+        dec_tokens += int((batch["decoder_target_tokens"] != 0).sum())
+    elapsed = time.perf_counter() - start
+    return {"batches": n, "seconds": elapsed, "batches_per_s": n / elapsed, "examples_per_s": examples / elapsed,
+            "encoder_tokens_per_s": enc_tokens / elapsed, "decoder_tokens_per_s": dec_tokens / elapsed,
+            "last_batch": stats}
+
+
+def bench_corpus(vocab, data_dir, n_batches: int) -> tuple[dict, dict]:
+    counter = CountingVocab(vocab)
+    try:
+        pipeline.clear_cache()
+        start = time.perf_counter()
+        batches = build_train_batches("corpus", vocab=vocab, batch_size=8, input_length=512, target_length=114,
+                                      pack=True, seed=0, data_dir=data_dir)
+        open_seconds = time.perf_counter() - start
+        after_open = counter.snapshot()
+        stream = batches.streams["corpus_span_corruption"]
+        n_chunks = len(stream.data)
+        raw_tokens = int(sum(x["targets"].size for x in stream.data))
+
+        # epoch 1 and epoch 2 of the task's draws (span corruption + trim + EOS per draw)
+        epochs = []
+        for epoch in range(2):
+            before = counter.snapshot()
+            t0 = time.perf_counter()
+            for i in range(epoch * n_chunks, (epoch + 1) * n_chunks):
+                stream.draw(i)
+            seconds = time.perf_counter() - t0
+            after = counter.snapshot()
+            epochs.append({"epoch": epoch + 1, "draws": n_chunks, "seconds": seconds,
+                           "draws_per_s": n_chunks / seconds,
+                           "tokenizer_calls": after["encode"] + after["encode_batch"]
+                           - before["encode"] - before["encode_batch"],
+                           "texts_tokenized": after["texts"] - before["texts"]})
+
+        throughput = time_batches(batches, n_batches)
+        first_batch = next(iter(build_train_batches("corpus", vocab=vocab, batch_size=8, input_length=512,
+                                                    target_length=114, pack=True, seed=0, data_dir=data_dir)))
+        total = counter.snapshot()
+    finally:
+        counter.restore()
+    result = {
+        "task": "corpus_span_corruption", "batch_size": 8, "input_length": 512, "target_length": 114,
+        "pack": True, "chunks": n_chunks, "raw_tokens": raw_tokens,
+        "open_seconds_tokenize_and_chunk": open_seconds, "tokenizer_calls_at_open": after_open,
+        "epochs": epochs, "tokenizer_calls_total": total,
+        "texts_tokenized_after_open": total["texts"] - after_open["texts"],
+        "throughput": throughput,
+    }
+    return result, first_batch
+
+
+def bench_glue(vocab, data_dir, n_batches: int) -> dict:
+    pipeline.clear_cache()
+    start = time.perf_counter()
+    batches = build_train_batches("glue_v002_proportional", vocab=vocab, batch_size=8, input_length=512,
+                                  target_length=128, pack=True, seed=0, data_dir=data_dir, skip_unavailable=True)
+    open_seconds = time.perf_counter() - start
+    return {"mixture": "glue_v002_proportional", "members_used": sorted(batches.rates), "batch_size": 8,
+            "input_length": 512, "target_length": 128, "pack": True, "open_seconds_tokenize": open_seconds,
+            "throughput": time_batches(batches, n_batches)}
+
+
+def bench_model_step(batch: dict, steps: int) -> dict:
+    from t2t.model import T5, load_model_config
+    from t2t.optim import OptimizerConfig, build_optimizer
+
+    torch.manual_seed(0)
+    model = T5(load_model_config("t5-small"))
+    model.train()
+    optimizer = build_optimizer(model, OptimizerConfig())
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        loss_sum, weight = model.loss_sums(batch)
+        (loss_sum / weight).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i:  # the first step allocates optimizer state
+            times.append(time.perf_counter() - t0)
+    seconds = float(np.median(times))
+    return {"model": "t2t.model.T5 t5-small (configs/models/t5-small.yaml)", "optimizer": "Adafactor",
+            "batch": "8 x 512/114 packed corpus batch", "steps_timed": steps, "seconds_per_step": seconds,
+            "steps_per_s": 1 / seconds, "all_step_seconds": times,
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="t5-small training steps to time")
+    parser.add_argument("--batches", type=int, default=200, help="pipeline batches to time")
+    parser.add_argument("--data-dir", default=os.environ.get("T2T_DATA_DIR"))
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    if not args.data_dir:
+        print("error: pass --data-dir or set T2T_DATA_DIR (needs corpus/, glue/ and vocab/).", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+    vocab = load_vocabulary(data_dir=args.data_dir)
+
+    corpus, batch = bench_corpus(vocab, args.data_dir, args.batches)
+    print(json.dumps(corpus, indent=1), flush=True)
+    glue = bench_glue(vocab, args.data_dir, args.batches)
+    print(json.dumps(glue, indent=1), flush=True)
+    step = bench_model_step(batch, args.steps)
+    print(json.dumps({k: v for k, v in step.items() if k != "all_step_seconds"}, indent=1), flush=True)
+
+    ratio = {
+        "corpus_pipeline_batches_per_training_step": corpus["throughput"]["batches_per_s"] * step["seconds_per_step"],
+        "glue_pipeline_batches_per_training_step": glue["throughput"]["batches_per_s"] * step["seconds_per_step"],
+        "pipeline_share_of_step_time_corpus": 1 / (1 + corpus["throughput"]["batches_per_s"] * step["seconds_per_step"]),
+    }
+    result = {
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                    "cpu_count": os.cpu_count(), "load_average_before": load_before,
+                    "load_average_after": os.getloadavg(),
+                    "note": "CPU only; cores shared with other jobs, so timings are noisy"},
+        "corpus_span_corruption": corpus, "glue_mixture": glue, "t5_small_training_step": step, "ratio": ratio,
+        "target": "pipeline >= 10x the training step's consumption (batches/s)",
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(ratio, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
