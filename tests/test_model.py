@@ -99,7 +99,9 @@ def test_every_model_config_loads():
     assert {"t5-tiny", "t5-small", "t5.1.1-xxl"} <= set(names)
     for name in names:
         cfg = load_model_config(name)
-        assert cfg.d_model > 0 and cfg.vocab_size == 32128
+        assert cfg.d_model > 0 and cfg.vocab_size > 0
+        if name.startswith("t5"):  # the paper's presets use T5's vocabulary (32,100 ids padded to 32,128)
+            assert cfg.vocab_size == 32128
 
 
 def test_unknown_config_key_is_an_error(tmp_path):
