@@ -118,6 +118,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # same math, one fused op
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         variance = x.float().pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
         if self.weight.dtype in (torch.float16, torch.bfloat16):  # half-precision weights: multiply in their dtype
@@ -150,6 +152,8 @@ class Attention(nn.Module):
     ``bias`` is an additive float mask [B|1, H|1, T, S] holding the relative position bias and a large
     negative value where attention is not allowed; it is built once per stack (see ``Stack``) and shared by
     all layers. Scores are not scaled by 1/sqrt(d_kv): T5 folds that into the initialisation of ``q``.
+    Self-attention multiplies by q, k and v concatenated (one matmul instead of three; the parameters stay
+    separate, named like the checkpoint). Cross-attention gets its keys/values precomputed by the stack.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -167,6 +171,15 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.d_kv).transpose(1, 2)  # [B, H, T, d_kv]
 
+    def qkv_weight(self) -> torch.Tensor:
+        return torch.cat([self.q.weight, self.k.weight, self.v.weight])  # [3·H·d_kv, d_model]
+
+    def project_qkv(self, h: torch.Tensor, weight: torch.Tensor | None = None):
+        B, T, _ = h.shape
+        qkv = F.linear(h, self.qkv_weight() if weight is None else weight)
+        q, k, v = qkv.view(B, T, 3, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, d_kv]
+        return q, k, v
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
@@ -175,12 +188,15 @@ class Attention(nn.Module):
         B, H, T, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))  # [B, T, d_model]
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, kv: torch.Tensor | None = None) -> torch.Tensor:
-        """Self-attention (``kv`` None) or attention over ``kv`` (encoder output, already final-normed)."""
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None,
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Self-attention (``kv`` None) or attention over precomputed keys/values ``kv`` ([B, H, S, d_kv] each)."""
         h = self.layer_norm(x)
-        src = h if kv is None else kv
-        y = self.attend(self.heads(self.q(h)), self.heads(self.k(src)), self.heads(self.v(src)), bias)
-        return x + self.dropout(y)
+        if kv is None:
+            q, k, v = self.project_qkv(h)
+        else:
+            q, (k, v) = self.heads(self.q(h)), kv
+        return x + self.dropout(self.attend(q, k, v, bias))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -223,10 +239,10 @@ class Block(nn.Module):
         self.cross_attn = Attention(cfg) if is_decoder else None
         self.ff = FeedForward(cfg)
 
-    def forward(self, x, self_bias, enc=None, cross_bias=None):
+    def forward(self, x, self_bias, cross_kv=None, cross_bias=None):
         x = _clamp_fp16(self.self_attn(x, self_bias))
         if self.cross_attn is not None:
-            x = _clamp_fp16(self.cross_attn(x, cross_bias, kv=enc))
+            x = _clamp_fp16(self.cross_attn(x, cross_bias, kv=cross_kv))
         return _clamp_fp16(self.ff(x))
 
 
@@ -259,10 +275,20 @@ class Stack(nn.Module):
         bias = self.position_bias(q_pos, k_pos).to(dtype)
         return torch.where(allowed[:, None], bias, torch.finfo(dtype).min)  # [B, H, T, S]
 
+    def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every decoder layer's cross-attention (keys, values) of the encoder output, in one matmul."""
+        B, S, _ = enc.shape
+        first = self.blocks[0].cross_attn
+        H, D, L = first.n_heads, first.d_kv, len(self.blocks)
+        weight = torch.cat([w for b in self.blocks for w in (b.cross_attn.k.weight, b.cross_attn.v.weight)])
+        kv = F.linear(enc, weight).view(B, S, L * 2, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, S, D] each
+        return [(kv[2 * i], kv[2 * i + 1]) for i in range(L)]
+
     def forward(self, x, self_bias, enc=None, cross_bias=None):
+        cross_kv = self.cross_keys_values(enc) if enc is not None else [None] * len(self.blocks)
         x = self.dropout(x)
-        for block in self.blocks:
-            x = block(x, self_bias, enc, cross_bias)
+        for block, kv in zip(self.blocks, cross_kv):
+            x = block(x, self_bias, kv, cross_bias)
         return self.dropout(self.final_layer_norm(x))
 
 
@@ -316,6 +342,7 @@ class DecoderCache:
         self.cross_k, self.cross_v = cross_k, cross_v      # lists of [B, H, S, d_kv]
         self.cross_bias = cross_bias                       # [B, 1, 1, S]
         self.self_bias_table = self_bias_table             # [1, H, max_len, max_len] causal position bias
+        self.qkv_weights: list[torch.Tensor] = []          # per layer, q|k|v concatenated once per decode
         self.length = 0                                    # decoder tokens consumed so far
 
     def reorder(self, index: torch.Tensor) -> None:
@@ -451,18 +478,17 @@ class T5(nn.Module):
         B, S, _ = enc.shape
         cfg = self.config
         dtype = _compute_dtype(enc)
-        cross_k, cross_v, self_k, self_v = [], [], [], []
-        for block in self.decoder.blocks:
-            attn = block.cross_attn
-            cross_k.append(attn.heads(attn.k(enc)))  # [B, H, S, d_kv]
-            cross_v.append(attn.heads(attn.v(enc)))
-            kv_dtype = cross_k[-1].dtype
-            self_k.append(enc.new_zeros(B, cfg.num_heads, max_len, cfg.d_kv, dtype=kv_dtype))
-            self_v.append(enc.new_zeros(B, cfg.num_heads, max_len, cfg.d_kv, dtype=kv_dtype))
+        cross = self.decoder.cross_keys_values(enc)
+        kv_dtype = cross[0][0].dtype
+        shape = (B, cfg.num_heads, max_len, cfg.d_kv)
+        self_k = [enc.new_zeros(shape, dtype=kv_dtype) for _ in cross]
+        self_v = [enc.new_zeros(shape, dtype=kv_dtype) for _ in cross]
         cross_bias = _cross_bias((encoder_tokens != cfg.pad_id)[:, None, :], dtype)  # [B, 1, 1, S]
         pos = torch.arange(max_len, device=enc.device)[None]
         table = self.decoder.position_bias(pos, pos).to(dtype)  # [1, H, max_len, max_len]
-        return DecoderCache(self_k, self_v, cross_k, cross_v, cross_bias, table)
+        cache = DecoderCache(self_k, self_v, [k for k, _ in cross], [v for _, v in cross], cross_bias, table)
+        cache.qkv_weights = [block.self_attn.qkv_weight() for block in self.decoder.blocks]  # fused once
+        return cache
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """Feed one decoder token per row (``tokens`` [B]) at position ``cache.length``; logits [B, V]."""
@@ -471,18 +497,13 @@ class T5(nn.Module):
         self_bias = cache.self_bias_table[:, :, t:t + 1, :t + 1]  # [1, H, 1, t+1]; later keys are not attended
         for i, block in enumerate(self.decoder.blocks):
             attn = block.self_attn
-            h = attn.layer_norm(x)
-            cache.self_k[i][:, :, t:t + 1] = attn.heads(attn.k(h))
-            cache.self_v[i][:, :, t:t + 1] = attn.heads(attn.v(h))
-            y = attn.attend(attn.heads(attn.q(h)), cache.self_k[i][:, :, :t + 1], cache.self_v[i][:, :, :t + 1],
-                            self_bias)
+            q, k, v = attn.project_qkv(attn.layer_norm(x), cache.qkv_weights[i])  # [B, H, 1, d_kv] each
+            cache.self_k[i][:, :, t:t + 1] = k
+            cache.self_v[i][:, :, t:t + 1] = v
+            y = attn.attend(q, cache.self_k[i][:, :, :t + 1], cache.self_v[i][:, :, :t + 1], self_bias)
             x = _clamp_fp16(x + attn.dropout(y))
-            attn = block.cross_attn
-            h = attn.layer_norm(x)
-            y = attn.attend(attn.heads(attn.q(h)), cache.cross_k[i], cache.cross_v[i], cache.cross_bias)
-            x = _clamp_fp16(x + attn.dropout(y))
+            x = _clamp_fp16(block.cross_attn(x, cache.cross_bias, kv=(cache.cross_k[i], cache.cross_v[i])))
             x = _clamp_fp16(block.ff(x))
         cache.length = t + 1
         h = self.decoder.dropout(self.decoder.final_layer_norm(x))
         return self.project(h[:, 0])  # [B, V]
-
