@@ -74,14 +74,15 @@ def checkpoint_name(step: int) -> str:
 # Saving
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *,
+def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_state: Mapping | None = None,
                     optimizer: torch.optim.Optimizer | None = None, optimizer_state: dict | None = None,
                     trainer_state: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
                     save_rng: bool = True, keep_last: int | None = 3) -> Path:
     """Write ``run_dir/step_{step:08d}/`` atomically and return its path.
 
     ``optimizer`` (an optimizer) or ``optimizer_state`` (its state dict, e.g. gathered from FSDP shards) is
-    saved as optimizer.pt; ``trainer_state`` (JSON-able; ``step`` is filled in) as trainer_state.json;
+    saved as optimizer.pt; ``model_state`` replaces ``model.state_dict()`` where the module holds only a
+    shard (the full state gathered from FSDP); ``trainer_state`` (JSON-able; ``step`` is filled in) as trainer_state.json;
     ``settings`` (the resolved training settings) as train_config.yaml. ``keep_last`` keeps the newest K
     checkpoints (None or < 1: keep all); older ones are deleted after the new one is in place.
     """
@@ -95,7 +96,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *,
     final = run_dir / checkpoint_name(step)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{final.name}-", dir=run_dir))
     try:
-        _write_model_files(tmp, model)
+        _write_model_files(tmp, model, model_state)
         state = {"step": step, **dict(trainer_state or {})}
         _write_text(tmp / TRAINER_STATE_FILE, json.dumps(state, indent=2, sort_keys=True))
         if optimizer_state is not None:
@@ -131,9 +132,10 @@ def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int, keep: Path | N
     return deleted
 
 
-def _write_model_files(folder: Path, model: T5) -> None:
+def _write_model_files(folder: Path, model: T5, state: Mapping | None = None) -> None:
     """model.safetensors + config.json (the model's own part of a checkpoint)."""
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    state = model.state_dict() if state is None else state
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     _write_file(folder / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
     _write_text(folder / CONFIG_FILE, json.dumps(config_lib.to_dict(model.config), indent=2))
 
@@ -236,6 +238,11 @@ def load_checkpoint(path: str | os.PathLike, model: T5 | None = None,
     if restore_rng and (path / RNG_FILE).is_file():
         set_rng_state(_torch_load(path / RNG_FILE, "RNG state"), path / RNG_FILE)
     return state
+
+
+def read_optimizer_state(path: str | os.PathLike) -> dict:
+    """The optimizer state dict saved in checkpoint ``path`` (read with ``weights_only=True``)."""
+    return _torch_load(_resolve_checkpoint_dir(Path(path)) / OPTIMIZER_FILE, "optimizer state")
 
 
 def read_settings(path: str | os.PathLike) -> dict | None:

@@ -66,6 +66,9 @@ def train(cfg: TrainConfig) -> list[dict]:
     if cfg.batch_size % (cfg.grad_accum_steps * distributed.world_size()):
         raise T2TError(f"batch size {cfg.batch_size} is not divisible by grad_accum_steps × processes "
                        f"({cfg.grad_accum_steps} × {distributed.world_size()}); choose a multiple.")
+    if cfg.eval_every and cfg.parallelism == "fsdp" and distributed.is_distributed():
+        raise T2TError("evaluation during FSDP training is not supported; set --eval-every 0 and evaluate "
+                       "the checkpoints with t2t-eval.")
     torch.manual_seed(cfg.seed)
     device = distributed.pick_device(cfg.device)
     load_modules(cfg.modules)
@@ -74,21 +77,21 @@ def train(cfg: TrainConfig) -> list[dict]:
     latest = checkpoint.latest_checkpoint(run_dir)
 
     model = build_model(cfg, vocab.vocab_size).to(device)
-    optimizer = build_optimizer(model, cfg.optimizer)
+    state = checkpoint.load_checkpoint(latest, model=model) if latest else {"step": 0}
+    objective = distributed.wrap_model(TrainingObjective(model), cfg.parallelism, device)
+    optimizer = build_optimizer(objective, cfg.optimizer)  # after wrapping: FSDP replaces the parameters
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
     batches = build_train_batches(
         cfg.mixture, vocab=vocab, batch_size=cfg.batch_size // cfg.grad_accum_steps,
         input_length=cfg.input_length, target_length=cfg.target_length, pack=cfg.pack, seed=cfg.seed,
         data_dir=cfg.data_dir, rank=distributed.rank(), world_size=distributed.world_size(),
         skip_unavailable=cfg.skip_unavailable)
-    step = 0
+    step = state["step"]
     if latest is not None:
-        state = checkpoint.load_checkpoint(latest, model=model, optimizer=optimizer)
-        step = state["step"]
+        distributed.load_optimizer_state(objective, optimizer, checkpoint.read_optimizer_state(latest))
         scheduler.load_state_dict(state["scheduler"])
         batches.load_state_dict(state["data"])
         log.info("resumed from %s at step %d", latest, step)
-    objective = distributed.wrap_model(TrainingObjective(model), cfg.parallelism, device)
 
     metrics_log = MetricsLog(run_dir / "metrics.jsonl", enabled=distributed.is_main(), truncate_after=step)
     progress = ProgressBar(total=cfg.train_steps, initial=step, enabled=distributed.is_main())
@@ -112,7 +115,7 @@ def train(cfg: TrainConfig) -> list[dict]:
             progress.show(record)
             window_tokens, window_start = 0, time.perf_counter()
         if step % cfg.save_every == 0 or step == cfg.train_steps:
-            save(cfg, run_dir, step, model, optimizer, scheduler, batches)
+            save(cfg, run_dir, step, objective, optimizer, scheduler, batches)
             if distributed.is_main():
                 plot_metrics(metrics_log.path, run_dir / "metrics.png")
     progress.close()
@@ -187,13 +190,22 @@ def autocast(cfg: TrainConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
-def save(cfg: TrainConfig, run_dir: Path, step: int, model: T5, optimizer, scheduler, batches) -> None:
-    state = {"step": step, "scheduler": scheduler.state_dict(), "data": batches.state_dict()}
-    optimizer_state = distributed.full_optimizer_state(model, optimizer)
+def save(cfg: TrainConfig, run_dir: Path, step: int, objective: torch.nn.Module, optimizer, scheduler,
+         batches) -> None:
+    """Gather the full state on every process (FSDP needs all of them), write it from the main one."""
+    model_state = distributed.full_model_state(objective, prefix="model.")
+    optimizer_state = distributed.full_optimizer_state(objective, optimizer)
+    data_state = batches.state_dict()
     if distributed.is_main():
-        checkpoint.save_checkpoint(run_dir, step, model, optimizer_state=optimizer_state, trainer_state=state,
+        state = {"step": step, "scheduler": scheduler.state_dict(), "data": data_state}
+        checkpoint.save_checkpoint(run_dir, step, unwrap(objective).model, model_state=model_state,
+                                   optimizer_state=optimizer_state, trainer_state=state,
                                    settings=config.to_dict(cfg), keep_last=cfg.keep_checkpoints)
     distributed.barrier()
+
+
+def unwrap(objective: torch.nn.Module) -> "TrainingObjective":
+    return objective.module if isinstance(objective, torch.nn.parallel.DistributedDataParallel) else objective
 
 
 def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):

@@ -94,17 +94,26 @@ def test_gradient_accumulation_matches_one_big_batch(copy_task, tmp_path):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
-def test_two_processes_match_one(copy_task, tmp_path):
+@pytest.mark.parametrize("parallelism, stop_at", [("ddp", None), ("fsdp", 3)])
+def test_two_processes_match_one(copy_task, tmp_path, parallelism, stop_at):
+    """torchrun with 2 CPU processes (gloo) and the same global batch gives the losses of 1 process;
+    the FSDP run is also stopped and resumed (sharded optimizer state gathered and scattered again)."""
     one = train(settings(copy_task, tmp_path / "one", dropout_rate=0.0))
     args = ["--task", TASK, "--model", copy_task["model"], "--module", copy_task["module"],
-            "--output-dir", str(tmp_path / "two"), "--train-steps", "6", "--batch-size", "4", "--seed", "1",
+            "--output-dir", str(tmp_path / "two"), "--batch-size", "4", "--seed", "1",
             "--log-every", "1", "--save-every", "3", "--set", "input_length=16", "--set", "target_length=16",
             "--set", "pack=false", "--set", "dropout_rate=0.0", "--set", "optimizer.name=adamw",
-            "--set", "optimizer.learning_rate=1e-2"]
+            "--set", "optimizer.learning_rate=1e-2", "--set", f"parallelism={parallelism}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "--master-port", "29531", "-m", "t2t.cli", *args],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    for steps in ([stop_at] if stop_at else []) + [6]:
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                              "--master-port", str(29531 + steps), "-m", "t2t.cli", *args, "--train-steps",
+                              str(steps)], capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
     two = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert losses(two) == pytest.approx(losses(one), rel=1e-5)
+    final_two = checkpoint.load_model(tmp_path / "two").state_dict()
+    final_one = checkpoint.load_model(tmp_path / "one").state_dict()
+    assert final_two.keys() == final_one.keys()
+    for key in final_one:
+        torch.testing.assert_close(final_two[key], final_one[key], rtol=1e-4, atol=1e-5)
