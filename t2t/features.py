@@ -104,6 +104,17 @@ def _shift_right(row_tokens: np.ndarray, out: np.ndarray) -> None:
     out[1:] = row_tokens[:-1]
 
 
+def _fill_decoder_inputs(arrays: dict, row: int, start: int, sequence: np.ndarray, pack: bool) -> None:
+    """Decoder inputs for one example at ``start``: packed rows restart the shift (0 first) per example;
+    unpacked rows shift the whole target row, so EOS lands on the first padding slot."""
+    dec_in = arrays["decoder_input_tokens"][row]
+    if not pack:
+        _shift_right(arrays["decoder_target_tokens"][row], dec_in)
+    elif sequence.size:
+        dec_in[start] = 0
+        dec_in[start + 1:start + sequence.size] = sequence[:-1]
+
+
 class EncDecFeatureConverter(FeatureConverter):
     """Encoder-decoder features (t5x's ``EncDecFeatureConverter``)."""
 
@@ -126,17 +137,12 @@ class EncDecFeatureConverter(FeatureConverter):
         arrays["encoder_input_tokens"][row, e0:e1] = inputs
         arrays["decoder_target_tokens"][row, d0:d1] = targets
         arrays["decoder_loss_weights"][row, d0:d1] = 1
-        dec_in = arrays["decoder_input_tokens"][row]
+        _fill_decoder_inputs(arrays, row, d0, targets, self.pack)
         if self.pack:
-            if targets.size:
-                dec_in[d0] = 0
-                dec_in[d0 + 1:d1] = targets[:-1]
             arrays["encoder_segment_ids"][row, e0:e1] = segment
             arrays["decoder_segment_ids"][row, d0:d1] = segment
             arrays["encoder_positions"][row, e0:e1] = np.arange(inputs.size)
             arrays["decoder_positions"][row, d0:d1] = np.arange(targets.size)
-        else:
-            _shift_right(arrays["decoder_target_tokens"][row], dec_in)
 
 
 class DecoderOnlyLMFeatureConverter(FeatureConverter):
@@ -175,15 +181,10 @@ class DecoderOnlyLMFeatureConverter(FeatureConverter):
             arrays["decoder_causal_attention"][row, d0:end] = 1
         else:
             arrays["decoder_loss_weights"][row, d0:d1] = 1
-        dec_in = arrays["decoder_input_tokens"][row]
+        _fill_decoder_inputs(arrays, row, d0, sequence, self.pack)
         if self.pack:
-            if sequence.size:
-                dec_in[d0] = 0
-                dec_in[d0 + 1:d1] = sequence[:-1]
             arrays["decoder_segment_ids"][row, d0:d1] = segment
             arrays["decoder_positions"][row, d0:d1] = np.arange(sequence.size)
-        else:
-            _shift_right(arrays["decoder_target_tokens"][row], dec_in)
 
 
 class PrefixLMFeatureConverter(DecoderOnlyLMFeatureConverter):

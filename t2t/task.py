@@ -252,26 +252,23 @@ MIXTURES: Registry[Mixture] = Registry("mixture")
 
 def register_task(task: Task, aliases: Iterable[str] = ()) -> Task:
     """Add ``task`` under its name (and short ``aliases``); a name already used by a task or mixture is an error."""
-    if not isinstance(task, Task):
-        raise T2TError(f"register_task expects a t2t.task.Task, got {type(task).__name__}.")
-    _check_free(task.name)
-    TASKS.register(task.name, task)
-    for short in aliases:
-        _check_free(short)
-        TASKS.alias(short, task.name)
-    return task
+    return _register(TASKS, Task, task, aliases)
 
 
 def register_mixture(mixture: Mixture, aliases: Iterable[str] = ()) -> Mixture:
     """Add ``mixture`` under its name (and ``aliases``); members are looked up when the mixture is used."""
-    if not isinstance(mixture, Mixture):
-        raise T2TError(f"register_mixture expects a t2t.task.Mixture, got {type(mixture).__name__}.")
-    _check_free(mixture.name)
-    MIXTURES.register(mixture.name, mixture)
+    return _register(MIXTURES, Mixture, mixture, aliases)
+
+
+def _register(registry: Registry, cls: type, item, aliases: Iterable[str]):
+    if not isinstance(item, cls):
+        raise T2TError(f"register_{registry.kind} expects a t2t.task.{cls.__name__}, got {type(item).__name__}.")
+    _check_free(item.name)
+    registry.register(item.name, item)
     for short in aliases:
         _check_free(short)
-        MIXTURES.alias(short, mixture.name)
-    return mixture
+        registry.alias(short, item.name)
+    return item
 
 
 def _check_free(name: str) -> None:
