@@ -1,0 +1,304 @@
+"""Speed and memory of t2t's T5 against transformers' T5ForConditionalGeneration, same weights, same run.
+
+Run by hand (never a test):   python benchmarks/bench_model.py [--reps 7] [--threads N] [--profile]
+
+Measures, for the t5-small shape in fp32 on the CPU with torch's default threads unless --threads:
+  matmul    the machine's fp32 matmul rate (2048³ GEMM), the yardstick for "share of peak"
+  train     one training step (forward, cross-entropy, backward, AdamW step) at batch 8 with 128→16 tokens
+            and at batch 4 with 512→114 tokens (full rows, no padding: the work is identical for both)
+  decode    greedy decoding at batch 32, 128→32 tokens (EOS suppressed until 32 tokens, so equal work;
+            the two outputs are checked to be identical)
+  memory    peak resident memory (VmHWM) of a fresh subprocess per model and workload, and that peak minus
+            the RSS after the imports (weights, activations, gradients, optimizer state, cache: what the
+            model costs, without transformers' larger import)
+Measurements alternate between the two models (order swapped every repetition) and report medians of
+wall time and of process CPU time; the machine may be shared, so read the spread too.
+Results go to benchmarks/results/model.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent
+SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
+             feed_forward_proj="relu", tie_word_embeddings=True)
+TRAIN_SHAPES = [(8, 128, 16), (4, 512, 114)]
+DECODE_SHAPE = (32, 128, 32)
+
+
+# ---- models ---------------------------------------------------------------------------------------------
+
+
+def build_hf(seed: int = 0):
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.T5Config(**SMALL, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    return transformers.T5ForConditionalGeneration(cfg)
+
+
+def build_ours(hf=None, seed: int = 0):
+    from t2t.checkpoint import hf_key
+    from t2t.model import ModelConfig, T5
+
+    torch.manual_seed(seed)
+    model = T5(ModelConfig(**SMALL))
+    if hf is not None:  # copy the HF weights through the real key map
+        hf_state = hf.state_dict()
+        model.load_state_dict({k: hf_state[hf_key(k)] for k in model.state_dict()})
+    return model
+
+
+def make_optimizer(model, kind: str):
+    if kind == "fused":
+        return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=(kind == "foreach"))
+
+
+def train_batch(B: int, S: int, T: int, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    enc = torch.randint(2, 32000, (B, S), generator=g)
+    tgt = torch.randint(2, 32000, (B, T), generator=g)
+    dec = torch.cat([torch.zeros(B, 1, dtype=torch.long), tgt[:, :-1]], 1)
+    return dict(encoder_input_tokens=enc, decoder_input_tokens=dec, decoder_target_tokens=tgt,
+                decoder_loss_weights=torch.ones_like(tgt))
+
+
+def train_step_fn(model, kind: str, batch: dict, optimizer):
+    """One step; the loss is mean token cross-entropy for both."""
+    if kind == "ours":
+        def step():
+            loss_sum, weight_sum = model.loss_sums(batch)
+            (loss_sum / weight_sum).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    else:
+        mask = torch.ones_like(batch["encoder_input_tokens"])
+
+        def step():
+            out = model(input_ids=batch["encoder_input_tokens"], attention_mask=mask,
+                        decoder_input_ids=batch["decoder_input_tokens"], labels=batch["decoder_target_tokens"])
+            out.loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def decode_fn(model, kind: str, enc: torch.Tensor, n: int):
+    if kind == "ours":
+        return lambda: model.generate(enc, max_new_tokens=n, min_new_tokens=n)
+    mask = torch.ones_like(enc)
+    return lambda: model.generate(input_ids=enc, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False, num_beams=1)[:, 1:]
+
+
+# ---- measuring ------------------------------------------------------------------------------------------
+
+
+def timed(fn) -> tuple[float, float]:
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def alternate(fns: dict, reps: int, warmup: int = 1) -> dict:
+    """Run each function ``reps`` times, alternating (order reversed every other rep); medians."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    names = list(fns)
+    for rep in range(reps):
+        for name in (names if rep % 2 == 0 else names[::-1]):
+            w, c = timed(fns[name])
+            wall[name].append(w)
+            cpu[name].append(c)
+    return {name: {"wall_s": statistics.median(wall[name]), "cpu_s": statistics.median(cpu[name]),
+                   "wall_all": [round(x, 4) for x in wall[name]]} for name in names}
+
+
+def matmul_gflops(reps: int = 5, n: int = 2048) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+def training_flops(B: int, S: int, T: int) -> float:
+    """Explicit count for one step: 3 × forward (backward = 2 × forward) of every matmul, attention included."""
+    d, f, h, dkv, L, V = 512, 2048, 8, 64, 6, 32128
+    inner = h * dkv
+    enc_tok, dec_tok = B * S, B * T
+    enc = enc_tok * L * (4 * d * inner + 2 * d * f) * 2 + L * B * h * S * S * dkv * 2 * 2
+    dec = dec_tok * L * (4 * d * inner + 2 * d * inner + 2 * d * f) * 2  # self qkvo, cross q+o, ff
+    dec += enc_tok * L * 2 * d * inner * 2  # cross-attention keys/values of the encoder output
+    dec += L * B * h * (T * T + T * S) * dkv * 2 * 2
+    out = dec_tok * d * V * 2
+    return 3.0 * (enc + dec + out)
+
+
+# ---- memory (fresh subprocess per measurement) ----------------------------------------------------------
+
+
+def _rss_mb(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process from /proc, in MB. (ru_maxrss is useless here: Linux
+    carries the parent's high-water mark over fork+exec.)"""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
+
+
+def memory_child(kind: str, workload: str, shape: list[int], optimizer: str) -> dict:
+    if kind == "hf":
+        import transformers  # noqa: F401  (imports are not the model's memory: counted in the baseline)
+    else:
+        import t2t.model  # noqa: F401
+    imported = _rss_mb("VmRSS")
+    if kind == "hf":
+        model = build_hf()
+    else:
+        model = build_ours()
+    base = _rss_mb("VmRSS")
+    if workload == "train":
+        model.train()
+        step = train_step_fn(model, kind, train_batch(*shape), make_optimizer(model, optimizer))
+        for _ in range(2):
+            step()
+    else:
+        model.eval()
+        B, S, N = shape
+        enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            decode_fn(model, kind, enc, N)()
+    peak = _rss_mb("VmHWM")
+    return {"peak_rss_mb": peak, "after_imports_rss_mb": imported, "after_build_rss_mb": base,
+            "model_and_work_mb": peak - imported}
+
+
+def measure_memory(kind, workload, shape, optimizer, threads) -> dict:
+    cmd = [sys.executable, __file__, "--memory-child", kind, workload, ",".join(map(str, shape)),
+           "--optimizer", optimizer]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---- main -----------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=7, help="timed repetitions per model (training)")
+    ap.add_argument("--decode-reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--optimizer", choices=["fused", "foreach", "loop"], default="fused",
+                    help="AdamW implementation, the same for both models")
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops for a training step")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
+    ap.add_argument("--memory-child", nargs=3, metavar=("KIND", "WORKLOAD", "SHAPE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_child:
+        kind, workload, shape = args.memory_child
+        print(json.dumps(memory_child(kind, workload, [int(x) for x in shape.split(",")], args.optimizer)))
+        return
+
+    results: dict = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
+                                 "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()},
+                     "optimizer": args.optimizer}
+    import transformers
+    results["machine"]["transformers"] = transformers.__version__
+    gflops = matmul_gflops()
+    results["matmul_gflops"] = gflops
+    print(f"fp32 matmul (2048³): {gflops:.1f} GFLOP/s with {torch.get_num_threads()} threads")
+
+    hf = build_hf()
+    ours = build_ours(hf)
+    with torch.no_grad():  # same weights → same logits
+        b = train_batch(2, 16, 4)
+        hf.eval(), ours.eval()
+        a = ours(b["encoder_input_tokens"], b["decoder_input_tokens"])
+        h = hf(input_ids=b["encoder_input_tokens"], decoder_input_ids=b["decoder_input_tokens"]).logits
+        assert torch.allclose(a, h, rtol=1e-4, atol=1e-4), "weights were not copied correctly"
+
+    rows = []
+    results["train"] = []
+    for B, S, T in TRAIN_SHAPES:
+        batch = train_batch(B, S, T)
+        ours.train(), hf.train()
+        fns = {"ours": train_step_fn(ours, "ours", batch, make_optimizer(ours, args.optimizer)),
+               "hf": train_step_fn(hf, "hf", batch, make_optimizer(hf, args.optimizer))}
+        r = alternate(fns, args.reps)
+        flops = training_flops(B, S, T)
+        entry = {"shape": f"B{B} {S}->{T}", **r, "speedup_wall": r["hf"]["wall_s"] / r["ours"]["wall_s"],
+                 "speedup_cpu": r["hf"]["cpu_s"] / r["ours"]["cpu_s"], "flops": flops,
+                 "ours_gflops": flops / r["ours"]["wall_s"] / 1e9,
+                 "ours_share_of_matmul_peak": flops / r["ours"]["wall_s"] / 1e9 / gflops}
+        results["train"].append(entry)
+        rows.append((f"train B{B} {S}->{T}", r, entry))
+        if args.profile:
+            from torch.profiler import profile
+            with profile() as prof:
+                fns["ours"]()
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+    B, S, N = DECODE_SHAPE
+    enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
+    ours.eval(), hf.eval()
+    fns = {"ours": decode_fn(ours, "ours", enc, N), "hf": decode_fn(hf, "hf", enc, N)}
+    same = torch.equal(fns["ours"](), fns["hf"]())
+    r = alternate(fns, args.decode_reps)
+    entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same,
+             "speedup_wall": r["hf"]["wall_s"] / r["ours"]["wall_s"], "speedup_cpu": r["hf"]["cpu_s"] / r["ours"]["cpu_s"]}
+    results["decode_greedy"] = entry
+    rows.append((f"greedy B{B} {S}->{N}", r, entry))
+
+    print(f"\n{'workload':<24}{'ours s':>9}{'hf s':>9}{'speedup':>9}{'ours cpu':>10}{'hf cpu':>9}{'cpu ×':>7}")
+    for name, r, e in rows:
+        print(f"{name:<24}{r['ours']['wall_s']:>9.3f}{r['hf']['wall_s']:>9.3f}{e['speedup_wall']:>8.2f}x"
+              f"{r['ours']['cpu_s']:>10.3f}{r['hf']['cpu_s']:>9.3f}{e['speedup_cpu']:>6.2f}x")
+    for e in results["train"]:
+        print(f"training {e['shape']}: ours reaches {e['ours_gflops']:.1f} GFLOP/s = "
+              f"{100 * e['ours_share_of_matmul_peak']:.0f}% of the measured matmul rate")
+    print(f"greedy outputs identical: {same}")
+
+    if not args.skip_memory:
+        results["memory"] = []
+        print(f"\n{'memory (fresh process)':<26}{'ours peak MB':>13}{'hf peak MB':>12}"
+              f"{'ours model+work MB':>20}{'hf model+work MB':>18}")
+        workloads = [("train", list(s)) for s in TRAIN_SHAPES] + [("decode", list(DECODE_SHAPE))]
+        for workload, shape in workloads:
+            m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads) for kind in ("ours", "hf")}
+            results["memory"].append({"workload": workload, "shape": shape, **m})
+            print(f"{workload + ' ' + 'x'.join(map(str, shape)):<26}{m['ours']['peak_rss_mb']:>13.0f}"
+                  f"{m['hf']['peak_rss_mb']:>12.0f}{m['ours']['model_and_work_mb']:>20.0f}"
+                  f"{m['hf']['model_and_work_mb']:>18.0f}")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
