@@ -242,6 +242,10 @@ def main() -> None:
         h = hf(input_ids=b["encoder_input_tokens"], decoder_input_ids=b["decoder_input_tokens"]).logits
         assert torch.allclose(a, h, rtol=1e-4, atol=1e-4), "weights were not copied correctly"
 
+    def save() -> None:  # after every section, so an interrupted run keeps what it measured
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+
     rows = []
     results["train"] = []
     for B, S, T in TRAIN_SHAPES:
@@ -257,6 +261,8 @@ def main() -> None:
                  "ours_share_of_matmul_peak": flops / r["ours"]["wall_s"] / 1e9 / gflops}
         results["train"].append(entry)
         rows.append((f"train B{B} {S}->{T}", r, entry))
+        print(f"train B{B} {S}->{T}: ours {r['ours']['wall_s']:.3f}s, hf {r['hf']['wall_s']:.3f}s", flush=True)
+        save()
         if args.profile:
             from torch.profiler import profile
             with profile() as prof:
@@ -273,6 +279,7 @@ def main() -> None:
              "speedup_wall": r["hf"]["wall_s"] / r["ours"]["wall_s"], "speedup_cpu": r["hf"]["cpu_s"] / r["ours"]["cpu_s"]}
     results["decode_greedy"] = entry
     rows.append((f"greedy B{B} {S}->{N}", r, entry))
+    save()
 
     print(f"\n{'workload':<24}{'ours s':>9}{'hf s':>9}{'speedup':>9}{'ours cpu':>10}{'hf cpu':>9}{'cpu ×':>7}")
     for name, r, e in rows:
@@ -291,12 +298,12 @@ def main() -> None:
         for workload, shape in workloads:
             m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads) for kind in ("ours", "hf")}
             results["memory"].append({"workload": workload, "shape": shape, **m})
+            save()
             print(f"{workload + ' ' + 'x'.join(map(str, shape)):<26}{m['ours']['peak_rss_mb']:>13.0f}"
                   f"{m['hf']['peak_rss_mb']:>12.0f}{m['ours']['model_and_work_mb']:>20.0f}"
-                  f"{m['hf']['model_and_work_mb']:>18.0f}")
+                  f"{m['hf']['model_and_work_mb']:>18.0f}", flush=True)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    save()
     print(f"\nwrote {args.out}")
 
 
