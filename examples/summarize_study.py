@@ -40,6 +40,21 @@ METRIC_SHORT = {"matthews_corrcoef": "MCC", "accuracy": "acc", "f1": "F1", "pear
 START, END = "<!-- study-results -->", "<!-- /study-results -->"
 
 
+def add_longer_pretraining(root: Path) -> None:
+    """Pre-training steps into the labels; conditions finetune_span_corruption_pre<N> (span corruption pre-trained
+    for N steps, examples/replicate_t5.sh) added."""
+    for objective in ("span_corruption", "prefix_lm"):
+        steps = final_step(root / f"pretrain_{objective}")
+        if steps:
+            label, paper = CONDITIONS[objective]
+            CONDITIONS[objective] = (f"{label}, {steps} pre-training steps", paper)
+    for run in sorted(root.glob("finetune_span_corruption_pre*")):
+        steps = run.name[len("finetune_span_corruption_pre"):]
+        if steps.isdigit():
+            CONDITIONS[f"span_corruption_pre{steps}"] = (
+                f"Span corruption (15%, mean span 3), {steps} pre-training steps", "—")
+
+
 def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -100,8 +115,8 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 def timings(root: Path) -> dict[str, float]:
     out = {}
-    for record in read_jsonl(root / "timings.jsonl"):
-        out[record["stage"]] = record["seconds"]  # a rerun's entry replaces the earlier one
+    for record in read_jsonl(root / "timings.jsonl"):  # a rerun of a finished stage takes seconds: keep the longest
+        out[record["stage"]] = max(record["seconds"], out.get(record["stage"], 0))
     return out
 
 
@@ -118,6 +133,21 @@ def condition_runs(root: Path, condition: str) -> list[tuple[int, Path]]:
     for run in sorted(root.glob(f"finetune_{condition}_seed*")):
         runs.append((int(run.name.rsplit("_seed", 1)[1]), run))
     return runs
+
+
+def long_runs(root: Path, condition: str) -> list[tuple[int, Path]]:
+    """(steps, run folder) of the seed-0 run fine-tuned further: finetune_<condition>_<steps>."""
+    out = []
+    for run in root.glob(f"finetune_{condition}_*"):
+        suffix = run.name[len(f"finetune_{condition}_"):]
+        if suffix.isdigit():
+            out.append((int(suffix), run))
+    return sorted(out)
+
+
+def final_step(run: Path) -> int | None:
+    records = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
+    return records[-1]["step"] if records else None
 
 
 def mean_scores(per_seed: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
@@ -146,29 +176,47 @@ def score_row(label: str, per_seed: list[dict[str, dict[str, float]]], paper: st
 
 def results_markdown(root: Path) -> str:
     times = timings(root)
-    lines = ["**GLUE validation scores** (full validation sets, greedy decoding, t2t-eval; the average is the "
-             "paper's: mean of each task's metrics, then of the five tasks; with several fine-tuning seeds, every "
-             "score is the mean over seeds and the per-seed averages follow in brackets)", ""]
     header = ["Condition", "Fine-tuning seeds", "GLUE avg (5 tasks)"]
     for _, name, metrics in TASKS:
         header += [f"{name} {METRIC_SHORT[m]}" for m in metrics]
-    header += ["Paper: GLUE avg (8 tasks)"]
+    header += ["Paper: GLUE avg (all tasks)"]
+    try:
+        majority = score_row("*Majority class (no model; STS-B: mean score)*", [majority_scores()], "—")
+    except Exception as e:  # the reference row needs the GLUE data; the table does not
+        print(f"(no majority-class row: {e})")
+        majority = None
+    steps = sorted({final_step(run) for c in CONDITIONS for _, run in condition_runs(root, c)
+                    if glue_average(final_scores(run)) is not None} - {None})
+    lines = [f"**GLUE validation scores after {', '.join(map(str, steps))} fine-tuning steps** (full validation "
+             "sets, greedy decoding, t2t-eval; the average is the paper's: mean of each task's metrics, then of the "
+             "five tasks; with several fine-tuning seeds every score is the mean over seeds, and the per-seed "
+             "averages follow in brackets)", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for condition, (label, paper) in CONDITIONS.items():
-        runs = [(seed, run) for seed, run in condition_runs(root, condition) if final_scores(run)]
+        runs = [(seed, run) for seed, run in condition_runs(root, condition)
+                if glue_average(final_scores(run)) is not None]  # all five tasks evaluated
         if runs:
             lines.append(score_row(label, [final_scores(run) for _, run in runs], paper,
                                    ", ".join(str(seed) for seed, _ in runs)))
-    try:
-        lines.append(score_row("*Majority class (no model; STS-B: mean score)*", [majority_scores()], "—"))
-    except Exception as e:  # the reference row needs the GLUE data; the table does not
-        print(f"(no majority-class row: {e})")
+    if majority:
+        lines.append(majority)
+    longer = sorted({steps for c in CONDITIONS for steps, run in long_runs(root, c)
+                     if glue_average(final_scores(run)) is not None})
+    for budget in longer:
+        lines += ["", f"**The same after {budget} fine-tuning steps** (seed 0 only: the seed-0 runs above, "
+                      f"continued)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for condition, (label, paper) in CONDITIONS.items():
+            for steps, run in long_runs(root, condition):
+                if steps == budget and glue_average(final_scores(run)) is not None:
+                    lines.append(score_row(label, [final_scores(run)], paper, "0"))
+        if majority:
+            lines.append(majority)
     lines += ["", "— : undefined (a constant STS-B prediction has no correlation); it counts as 0 in the average. "
               "Paper column: T5-Base-sized model, 2^35 pre-training tokens of C4, all GLUE tasks; Table 1's numbers "
               "were checked against the paper's text, † marks numbers recalled from the paper that could not be "
               "re-checked offline in this session."]
 
-    lines += ["", "**Runs** (wall time on the shared 2-core machine; up to three runs side by side, one thread each)",
+    lines += ["", "**Runs** (wall time on the shared 2-core machine, which other jobs were also using; up to five runs side by side, one thread each; a continued run's time is that of its continuation only)",
               "", "| Run | Task | Initialised from | Seed | Steps | Batch (rows × tokens in→out) | Final training loss | Wall time |",
               "|---|---|---|---|---|---|---|---|"]
     for run in sorted(root.glob("pretrain_*")) + sorted(root.glob("finetune_*")):
@@ -195,17 +243,51 @@ def results_markdown(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def unigram_entropy(root: Path) -> float | None:
+    """Entropy (nats/token) of the corpus's token frequencies with the study's vocabulary, or None."""
+    try:
+        import sentencepiece as spm
+        from collections import Counter
+
+        from t2t.task import get_task, load_modules
+        load_modules([])
+        vocab = root.parent / "vocab" / "corpus8k.model"
+        processor = spm.SentencePieceProcessor(model_file=str(vocab))
+        counts = Counter()
+        for example in get_task("corpus_span_corruption").source.load("train"):
+            counts.update(processor.encode(example["text"]))
+        p = np.array(list(counts.values()), dtype=float) / sum(counts.values())
+        return float(-(p * np.log(p)).sum())
+    except Exception as e:  # a reference line only
+        print(f"(no unigram reference: {e})")
+        return None
+
+
 def plot(root: Path, docs: Path) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for run in sorted(root.glob("pretrain_*")):
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    runs = sorted(root.glob("pretrain_*"))
+    for color, run in zip(["C0", "C1", "C2", "C3"], runs):
+        if any(other.name.startswith(run.name + "_") for other in runs):
+            continue  # its continuation holds the same first steps
         records = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
         if records:
-            ax.plot([r["step"] for r in records], [r["loss"] for r in records], label=run.name[len("pretrain_"):])
+            name = run.name[len("pretrain_"):]
+            base, _, steps = name.rpartition("_")
+            label = (f"{base.replace('_', ' ')} (the {final_step(root / f'pretrain_{base}')}-step run, "
+                     f"continued to {steps})" if steps.isdigit() else name.replace("_", " "))
+            ax.plot([r["step"] for r in records], [r["loss"] for r in records], color=color, label=label)
+    entropy = unigram_entropy(root)
+    if entropy:
+        # unigram level: prefix LM targets are text (H per token); a span-corruption target of a 141-token chunk
+        # holds 21 noise tokens, 7 sentinels and EOS (sentinels and EOS counted as free)
+        for level, text in ((entropy, "unigram level, prefix LM"), (entropy * 21 / 29, "unigram level, span corruption")):
+            ax.axhline(level, color="gray", linestyle=":", linewidth=1)
+            ax.text(ax.get_xlim()[1], level, text, ha="right", va="bottom", fontsize=8, color="gray")
     ax.set(xlabel="pre-training step", ylabel="training loss (per target token)",
            title="Pre-training on the corpus")
     ax.legend()
@@ -215,10 +297,13 @@ def plot(root: Path, docs: Path) -> list[Path]:
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for color, (condition, (label, _)) in zip(["C0", "C1", "C2"], CONDITIONS.items()):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for color, (condition, (label, _)) in zip(["C0", "C1", "C2", "C3", "C4"], CONDITIONS.items()):
         for seed, run in condition_runs(root, condition):
-            style = dict(color=color, linestyle="-" if seed == 0 else "--", label=f"{label}, seed {seed}")
+            if seed == 0 and long_runs(root, condition):  # its continuation holds the same first steps
+                run = long_runs(root, condition)[-1][1]
+            short = label.replace(" (15%, mean span 3)", "").replace(" pre-training steps", " pre-training")
+            style = dict(color=color, linestyle="-" if seed == 0 else "--", label=f"{short}, seed {seed}")
             records = read_jsonl(run / "metrics.jsonl")
             losses = [r for r in records if "loss" in r]
             if losses:
@@ -232,13 +317,15 @@ def plot(root: Path, docs: Path) -> list[Path]:
                     evals.append((r["step"], average))
             if evals:
                 axes[1].plot(*zip(*evals), marker="o", **style)
-    axes[0].set(xlabel="fine-tuning step", ylabel="training loss", title="Fine-tuning on the GLUE mixture")
+    axes[0].set(xlabel="fine-tuning step", ylabel="training loss (log scale)", yscale="log",
+                title="Fine-tuning on the GLUE mixture")
     axes[1].set(xlabel="fine-tuning step", ylabel="GLUE average (5 tasks)",
                 title="Validation during fine-tuning (first 96 examples per task)")
     for ax in axes:
-        ax.legend()
         ax.grid(alpha=0.3)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     written.append(docs / "study_finetune.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
@@ -251,6 +338,7 @@ def main(argv=None) -> int:
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="where the page and the PNGs go")
     args = parser.parse_args(argv)
     args.docs.mkdir(parents=True, exist_ok=True)
+    add_longer_pretraining(args.study)
     table = results_markdown(args.study)
     page = args.docs / "study.md"
     text = page.read_text() if page.exists() else ""
