@@ -200,16 +200,16 @@ def vocab_main(argv=None) -> int:
 
 
 def text_files(inputs: list[str]) -> list[Path]:
+    """Files as given; folders read like the text-folder tasks read them (same suffixes, docs left out)."""
+    from t2t.tasks.text_files import TextFolderSource
     files: list[Path] = []
     for item in map(Path, inputs):
         if item.is_dir():
-            files += sorted(p for p in item.rglob("*.txt"))
+            files += TextFolderSource(item.resolve()).files()
         elif item.exists():
             files.append(item)
         else:
             raise T2TError(f"no such file or folder {item}; check the path.")
-    if not files:
-        raise T2TError(f"no .txt files found in {', '.join(inputs)}.")
     return files
 
 

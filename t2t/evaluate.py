@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from t2t import checkpoint, distributed
 from t2t.errors import T2TError
-from t2t.task import Task, get_task_or_mixture, load_modules, member_tasks
+from t2t.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
 from t2t.vocab import load_vocabulary
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     if average is not None:
         summary["glue_average"] = average
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "metrics.json").write_text(json.dumps(jsonable(summary), indent=2, allow_nan=False) + "\n")
     print(format_table(results, average))
     print(f"wrote {out_dir / 'metrics.json'} and the predictions beside it")
     return results
@@ -122,11 +122,20 @@ def pad_rows(rows: list[np.ndarray]) -> torch.Tensor:
 
 
 def validation_metrics(model, name: str, vocab, *, data_dir=None, max_examples=256, batch_size=32,
-                       device=torch.device("cpu"), split="validation") -> dict[str, float]:
-    """Flat ``{"eval/<task>/<metric>": value}`` over the tasks of ``name`` that have a validation split."""
+                       device=torch.device("cpu"), split="validation",
+                       trained_only: bool = False) -> dict[str, float]:
+    """Flat ``{"eval/<task>/<metric>": value}`` over the tasks of ``name`` that have a validation split.
+
+    ``trained_only`` (a run with --skip-unavailable) leaves out members that were dropped from training
+    because their train data is missing; evaluation-only members (rate 0, e.g. MNLI matched) stay.
+    """
     results = {}
-    for task in member_tasks(get_task_or_mixture(name)):
+    item = get_task_or_mixture(name)
+    rates = item.rates(data_dir) if trained_only and isinstance(item, Mixture) else {}
+    for task in member_tasks(item):
         if not task.metric_fns or not task.has_split(split, data_dir=data_dir):
+            continue
+        if rates.get(task.name, 0) > 0 and not task.has_split("train", data_dir=data_dir):
             continue
         metrics, _ = evaluate_task(model, task, vocab, split, data_dir=data_dir, max_examples=max_examples,
                                    batch_size=batch_size, device=device)
@@ -171,6 +180,13 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
 
 
 def jsonable(value):
-    if isinstance(value, (np.generic,)):
-        return value.item()
+    """Plain JSON values: numpy scalars unwrapped, NaN/inf (an undefined correlation) as null."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
     return value

@@ -44,8 +44,9 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> torch.optim
         return torch.optim.Adafactor(params, lr=cfg.learning_rate, beta2_decay=-0.8, d=1.0,
                                      weight_decay=cfg.weight_decay, foreach=False)
     if cfg.name == "adamw":
+        # fused: one kernel over all parameters (on CPU ~2 orders of magnitude faster than foreach here)
         return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=cfg.adam_betas, eps=cfg.adam_eps,
-                                 weight_decay=cfg.weight_decay, foreach=True)
+                                 weight_decay=cfg.weight_decay, fused=True)
     raise T2TError(f"unknown optimizer {cfg.name!r}; use adafactor or adamw.")
 
 
