@@ -164,14 +164,21 @@ def glue_average(results: dict[str, dict[str, float]]) -> float | None:
 
 
 def format_table(results: dict[str, dict[str, float]], average: float | None) -> str:
-    rows = [(task, metric, f"{value:.2f}") for task, metrics in results.items() for metric, value in metrics.items()]
+    rows = [(task, metric, format_value(value)) for task, metrics in results.items()
+            for metric, value in metrics.items()]
     if average is not None:
-        rows.append(("GLUE average", "", f"{average:.2f}"))
+        rows.append(("GLUE average", "", format_value(average)))
     widths = [max(len(r[i]) for r in rows + [("task", "metric", "value")]) for i in range(3)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(("task", "metric", "value"), widths))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    if any(r[2] == "n/a" for r in rows):
+        lines.append("n/a: undefined, e.g. a correlation of constant predictions (an undertrained model)")
     return "\n".join(lines)
+
+
+def format_value(value: float) -> str:
+    return f"{value:.2f}" if np.isfinite(value) else "n/a"
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

@@ -15,8 +15,10 @@ Where t5 is silent or quirky, t2t does the following (the numbers are otherwise 
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import string
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -69,13 +71,23 @@ exact_match = all_match  # t5 calls the function all_match and its value "exact_
 def pearson_corrcoef(targets, predictions) -> dict:
     """Pearson's r × 100: {"pearson_corrcoef"}."""
     targets, predictions = _check_correlation("pearson_corrcoef", targets, predictions)
-    return {"pearson_corrcoef": 100 * float(scipy.stats.pearsonr(targets, predictions)[0])}
+    with _constant_input_is_nan():
+        return {"pearson_corrcoef": 100 * float(scipy.stats.pearsonr(targets, predictions)[0])}
 
 
 def spearman_corrcoef(targets, predictions) -> dict:
     """Spearman's rank correlation × 100: {"spearman_corrcoef"}."""
     targets, predictions = _check_correlation("spearman_corrcoef", targets, predictions)
-    return {"spearman_corrcoef": 100 * float(scipy.stats.spearmanr(targets, predictions)[0])}
+    with _constant_input_is_nan():
+        return {"spearman_corrcoef": 100 * float(scipy.stats.spearmanr(targets, predictions)[0])}
+
+
+@contextlib.contextmanager
+def _constant_input_is_nan():
+    """Constant predictions give NaN (as in t5) without scipy's warning on every evaluation."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.stats.ConstantInputWarning)
+        yield
 
 
 def _check_correlation(name: str, targets, predictions) -> tuple[np.ndarray, np.ndarray]:

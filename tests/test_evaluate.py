@@ -35,3 +35,9 @@ def test_in_training_eval_leaves_out_members_dropped_for_missing_train_data(data
     tasks = {key.split("/")[1] for key in trained if key.count("/") == 2}
     assert tasks == {"glue_cola_v002", "glue_sst2_v002", "glue_mrpc_v002", "glue_stsb_v002", "glue_rte_v002"}
     assert "eval/glue_average" in trained
+
+
+def test_undefined_metrics_print_as_n_a_with_a_footnote():
+    from t2t.evaluate import format_table
+    table = format_table({"glue_stsb_v002": {"pearson_corrcoef": float("nan"), "spearman_corrcoef": 12.345}}, None)
+    assert "pearson_corrcoef   n/a" in table and "12.35" in table and table.endswith("(an undertrained model)")
