@@ -23,7 +23,7 @@ from t2t.model import T5, load_model_config
 from t2t.optim import OptimizerConfig, build_optimizer, build_scheduler
 from t2t.pipeline import build_train_batches
 from t2t.progress import MetricsLog, ProgressBar, plot_metrics
-from t2t.task import load_modules
+from t2t.task import get_task_or_mixture, load_modules
 from t2t.vocab import load_vocabulary
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ def train(cfg: TrainConfig) -> list[dict]:
     torch.manual_seed(cfg.seed)
     device = distributed.pick_device(cfg.device)
     load_modules(cfg.modules)
+    get_task_or_mixture(cfg.mixture)  # an unknown name fails here, before anything is loaded
     vocab = load_vocabulary(cfg.vocab, data_dir=cfg.data_dir)
     run_dir = Path(cfg.output_dir)
     latest = checkpoint.latest_checkpoint(run_dir)
