@@ -106,16 +106,18 @@ def train(cfg: TrainConfig) -> list[dict]:
         step += 1
         window_tokens += tokens
         progress.update(loss)
-        if step % cfg.log_every == 0 or step == cfg.train_steps:
+        last = step == cfg.train_steps
+        evaluate_now = evaluator is not None and (step % cfg.eval_every == 0 or last)
+        if step % cfg.log_every == 0 or evaluate_now or last:
             elapsed = time.perf_counter() - window_start
             record = {"step": step, "loss": loss, "learning_rate": scheduler.get_last_lr()[0],
                       "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
-            if evaluator and (step % cfg.eval_every == 0 or step == cfg.train_steps):
+            if evaluate_now:
                 record.update(evaluator(model))
             metrics_log.write(record)
             progress.show(record)
             window_tokens, window_start = 0, time.perf_counter()
-        if step % cfg.save_every == 0 or step == cfg.train_steps:
+        if step % cfg.save_every == 0 or last:
             save(cfg, run_dir, step, objective, optimizer, scheduler, batches)
             if distributed.is_main():
                 plot_metrics(metrics_log.path, run_dir / "metrics.png")

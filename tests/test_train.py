@@ -29,6 +29,7 @@ SENTENCES = [
 def copy_task_module_text() -> str:
     """Source of a user module registering the copy task (so torchrun workers register it too)."""
     return textwrap.dedent(f"""
+        from t2t import metrics
         from t2t.sources import InMemorySource
         from t2t.task import Task, register_task
         SENTENCES = {SENTENCES!r}
@@ -37,6 +38,7 @@ def copy_task_module_text() -> str:
             name={TASK!r},
             source=InMemorySource({{"train": rows, "validation": rows[:4]}}),
             preprocessors=[lambda ex: {{"inputs": "copy: " + ex["text"], "targets": ex["text"]}}],
+            metric_fns=[metrics.sequence_accuracy],
         ))
     """)
 
@@ -77,6 +79,15 @@ def test_losses_are_recorded_and_fall(copy_task, tmp_path):
     assert (tmp_path / "run" / "metrics.png").stat().st_size > 1000
     saved = checkpoint.read_settings(tmp_path / "run")
     assert saved["mixture"] == TASK and saved["optimizer"]["name"] == "adamw" and vocab_size > 0
+
+
+def test_evaluation_runs_on_its_own_schedule(copy_task, tmp_path):
+    """--eval-every need not be a multiple of --log-every: an evaluation step is always logged."""
+    records = train(settings(copy_task, tmp_path / "run", train_steps=4, log_every=3, eval_every=2,
+                             eval_max_examples=2))
+    assert [r["step"] for r in records] == [2, 3, 4]
+    evaluated = [r["step"] for r in records if f"eval/{TASK}/sequence_accuracy" in r]
+    assert evaluated == [2, 4]
 
 
 def test_resume_continues_exactly(copy_task, tmp_path):
