@@ -16,12 +16,12 @@ class MetricsLog:
     of a stopped-and-resumed run reads like that of a run that never stopped.
     """
 
-    def __init__(self, path: Path, enabled: bool = True, truncate_after: int | None = None):
+    def __init__(self, path: Path, enabled: bool = True, truncate_after: int = 0):
         self.path = Path(path)
         self.enabled = enabled
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            kept = [r for r in self.records() if truncate_after is not None and r["step"] <= truncate_after]
+            kept = [r for r in self.records() if r["step"] <= truncate_after]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, record: dict) -> None:
