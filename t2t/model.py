@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from t2t import config as config_lib
+from t2t.kernels import Linear, linear
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -162,10 +163,10 @@ class Attention(nn.Module):
         self.n_heads, self.d_kv = cfg.num_heads, cfg.d_kv
         inner = cfg.num_heads * cfg.d_kv
         self.layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon)
-        self.q = nn.Linear(cfg.d_model, inner, bias=False)
-        self.k = nn.Linear(cfg.d_model, inner, bias=False)
-        self.v = nn.Linear(cfg.d_model, inner, bias=False)
-        self.o = nn.Linear(inner, cfg.d_model, bias=False)
+        self.q = Linear(cfg.d_model, inner)
+        self.k = Linear(cfg.d_model, inner)
+        self.v = Linear(cfg.d_model, inner)
+        self.o = Linear(inner, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout_rate)  # also the attention-probability dropout rate
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -178,7 +179,7 @@ class Attention(nn.Module):
     def project_qkv(self, h: torch.Tensor, weight: torch.Tensor):
         """q, k, v of ``h`` with ``weight = qkv_weight()`` (made once per decoding call)."""
         B, T, _ = h.shape
-        qkv = F.linear(h, weight)
+        qkv = linear(h, weight)
         q, k, v = qkv.view(B, T, 3, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, d_kv]
         return q, k, v
 
@@ -211,11 +212,11 @@ class FeedForward(nn.Module):
         self.gated = cfg.feed_forward_proj == "gated-gelu"
         self.layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon)
         if self.gated:
-            self.wi_0 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-            self.wi_1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+            self.wi_0 = Linear(cfg.d_model, cfg.d_ff)
+            self.wi_1 = Linear(cfg.d_model, cfg.d_ff)
         else:
-            self.wi = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+            self.wi = Linear(cfg.d_model, cfg.d_ff)
+        self.wo = Linear(cfg.d_ff, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -354,7 +355,7 @@ class T5(nn.Module):
         self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.encoder = Stack(cfg, is_decoder=False)
         self.decoder = Stack(cfg, is_decoder=True)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.d_model, cfg.vocab_size)
         self.reset_parameters()
 
     @classmethod
@@ -422,7 +423,7 @@ class T5(nn.Module):
         """Decoder output → logits over the vocabulary."""
         if self.lm_head is not None:
             return self.lm_head(h)
-        return F.linear(h * self.config.d_model ** -0.5, self.shared.weight)  # tied: rescale first (T5 1.0)
+        return linear(h * self.config.d_model ** -0.5, self.shared.weight)  # tied: rescale first (T5 1.0)
 
     # -- training / scoring -------------------------------------------------------------------------------
 

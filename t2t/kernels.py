@@ -1,0 +1,65 @@
+"""Matrix multiplications for the model's linear layers, routed to the fastest fp32 CPU kernel.
+
+On the CPU, ``F.linear`` runs MKL's sgemm. oneDNN (which PyTorch ships for its CPU convolutions and bf16
+matmuls) reaches the machine's peak more often: on the 2-core AMD EPYC (Zen 4) this project runs on, at the
+t5-small shapes it measured 1.1–2× MKL's rate for ``x @ W.T`` (the forward pass, up to 2× on the output
+layer) and for ``grad @ W`` (the input gradient), and about the same for ``grad.T @ x`` (the weight
+gradient), so that one stays on MKL (numbers: benchmarks/README.md, "Model"). Both are IEEE fp32
+kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding.
+
+``linear`` takes that path only for fp32 CPU tensors with autocast off; everything else (CUDA, bf16,
+meta tensors) is plain ``F.linear``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+
+class _CpuLinear(torch.autograd.Function):
+    """``x @ weight.T`` with the forward and input-gradient GEMMs on oneDNN, the weight gradient on MKL."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return _onednn_linear(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = _onednn_linear(grad, weight.t()) if ctx.needs_input_grad[0] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        return grad_x, grad_w
+
+
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu"))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
+    if _use_onednn(x, weight):
+        return _CpuLinear.apply(x, weight)
+    return F.linear(x, weight)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` without bias (same parameters and state-dict keys) whose product goes through ``linear``."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight)
