@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
@@ -31,12 +31,12 @@ class _CpuLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
-        return _onednn_linear(x, weight)
+        return onednn_linear(x, weight)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight = ctx.saved_tensors
-        grad_x = _onednn_linear(grad, weight.t()) if ctx.needs_input_grad[0] else None
+        grad_x = onednn_linear(grad, weight.t()) if ctx.needs_input_grad[0] else None
         grad_w = None
         if ctx.needs_input_grad[1]:
             grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
@@ -44,7 +44,7 @@ class _CpuLinear(torch.autograd.Function):
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+    return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu"))
 
 
