@@ -7,8 +7,9 @@ layer) and for ``grad @ W`` (the input gradient), and about the same for ``grad.
 gradient), so that one stays on MKL (numbers: benchmarks/README.md, "Model"). Both are IEEE fp32
 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding.
 
-``linear`` takes that path only for fp32 CPU tensors with autocast off; everything else (CUDA, bf16,
-meta tensors) is plain ``F.linear``.
+``linear`` takes that path only for fp32 CPU tensors with autocast off and outside ``torch.compile``
+(inductor cannot lower the oneDNN op; compiled code gets ``F.linear``); everything else (CUDA, bf16, meta
+tensors) is plain ``F.linear``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class _CpuLinear(torch.autograd.Function):
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu"))
+            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

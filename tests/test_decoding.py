@@ -45,6 +45,13 @@ def test_greedy_matches_transformers(ff, tied, seed, boost):
     assert (got == 1).any(), "test should exercise EOS"
 
 
+def test_greedy_choice_is_argmax_first_index_on_ties():
+    logits = torch.randn(16, 1000).round()  # many exact ties below the top
+    logits[:, 10] = logits[:, 20] = 99.0
+    assert torch.equal(decoding._greedy_choice(logits), logits.argmax(-1))
+    assert (decoding._greedy_choice(logits) == 10).all()
+
+
 def test_greedy_stops_early_and_pads_after_eos():
     hf, ours = hf_pair(eos_boost=10.0)
     enc = ragged_inputs(B=6)[[0, 1, 3]]  # rows that reach EOS after a few tokens with these weights
