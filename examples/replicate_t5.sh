@@ -88,10 +88,9 @@ FAIL=0
 study_start=$(date +%s)
 echo "study scale=$SCALE conditions=$CONDITIONS fine-tuning seeds=$SEEDS pretrain=$PRETRAIN_STEPS finetune=$FINETUNE_STEPS data=$T2T_DATA_DIR"
 
-# 1. vocabulary (the corpus's .txt files and WikiText's .raw file)
+# 1. vocabulary (the corpus folder, read like the corpus tasks read it: .txt and .raw files, docs left out)
 if [[ ! -f "$VOCAB" ]]; then
-  stage vocab t2t-vocab "$T2T_DATA_DIR/corpus" "$T2T_DATA_DIR"/corpus/wikitext2_raw_test/wiki.test.raw \
-    --output "${VOCAB%.model}" --vocab-size 8000
+  stage vocab t2t-vocab "$T2T_DATA_DIR/corpus" --output "${VOCAB%.model}" --vocab-size 8000
 fi
 
 common=(--vocab "$VOCAB" --save-every "$SAVE" --log-every "$LOG")

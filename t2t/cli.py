@@ -200,17 +200,18 @@ def vocab_main(argv=None) -> int:
 
 
 def text_files(inputs: list[str]) -> list[Path]:
-    """Files as given; folders read like the text-folder tasks read them (same suffixes, docs left out)."""
+    """Files as given; folders read like the text-folder tasks read them (same suffixes, docs left out).
+    A file named twice (alone and inside a given folder) is read once."""
     from t2t.tasks.text_files import TextFolderSource
     files: list[Path] = []
     for item in map(Path, inputs):
         if item.is_dir():
             files += TextFolderSource(item.resolve()).files()
         elif item.exists():
-            files.append(item)
+            files.append(item.resolve())
         else:
             raise T2TError(f"no such file or folder {item}; check the path.")
-    return files
+    return list(dict.fromkeys(files))
 
 
 def task_texts(args: argparse.Namespace):

@@ -20,5 +20,7 @@ def test_vocab_folders_are_read_like_the_text_tasks(tmp_path):
     (tmp_path / "README.md").write_text("docs")
     (tmp_path / "SOURCE_README.txt").write_text("provenance")
     assert sorted(p.name for p in text_files([str(tmp_path)])) == ["a.txt", "wiki.test.raw"]
+    named_twice = text_files([str(tmp_path), str(tmp_path / "wiki.test.raw")])
+    assert sorted(p.name for p in named_twice) == ["a.txt", "wiki.test.raw"]
     with pytest.raises(T2TError, match="no such file or folder"):
         text_files([str(tmp_path / "missing")])
