@@ -10,13 +10,24 @@ The public surface (see DESIGN.md)::
     t2t.preprocessors.span_corruption(...), t2t.metrics.accuracy(...)
 """
 
-from t2t import metrics, preprocessors
+import importlib
+
 from t2t.checkpoint import from_hf, load_model, to_hf
 from t2t.errors import T2TError
 from t2t.model import T5, ModelConfig
 from t2t.vocab import SentencePieceVocabulary
 
 __version__ = "0.1.0"
+
+_LAZY_SUBMODULES = ("metrics", "preprocessors")  # metrics imports scipy and scikit-learn (~180 MB, ~1 s)
+
+
+def __getattr__(name: str):
+    """``t2t.metrics`` and ``t2t.preprocessors`` load on first use, so ``import t2t`` stays light."""
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"t2t.{name}")
+    raise AttributeError(f"module 't2t' has no attribute {name!r}")
+
 
 __all__ = ["from_hf", "to_hf", "load_model", "T5", "ModelConfig", "SentencePieceVocabulary", "T2TError",
            "preprocessors", "metrics"]

@@ -1,5 +1,8 @@
 """Metric functions against the libraries t5 computes them with, plus hand-checked edge cases."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import sacrebleu
@@ -212,3 +215,10 @@ def test_length_mismatch_and_empty_inputs(fn):
 def test_unknown_sklearn_metric():
     with pytest.raises(T2TError, match="no 'not_a_metric'"):
         metrics.sklearn_metrics_wrapper("not_a_metric")
+
+
+def test_import_t2t_leaves_the_metric_libraries_until_metrics_is_used():
+    code = ("import sys, t2t; heavy = ('scipy', 'sklearn', 'sacrebleu', 'rouge_score');"
+            "assert not [m for m in heavy if m in sys.modules], 'import t2t loaded a metric library';"
+            "assert t2t.metrics.accuracy([1], [1]) == {'accuracy': 100.0}; assert 'sklearn' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
