@@ -108,6 +108,16 @@ def decode_fn(model, kind: str, enc: torch.Tensor, n: int):
 # ---- measuring ------------------------------------------------------------------------------------------
 
 
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def timed(fn) -> tuple[float, float]:
     w0, c0 = time.perf_counter(), time.process_time()
     fn()
@@ -244,7 +254,7 @@ def main() -> None:
         return
 
     results: dict = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
-                                 "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()},
+                                 "threads": torch.get_num_threads(), "cpu": cpu_name()},
                      "optimizer": args.optimizer}
     import transformers
     results["machine"]["transformers"] = transformers.__version__
