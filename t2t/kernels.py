@@ -1,11 +1,12 @@
 """Matrix multiplications for the model's linear layers, routed to the fastest fp32 CPU kernel.
 
-On the CPU, ``F.linear`` runs MKL's sgemm. oneDNN (which PyTorch ships for its CPU convolutions and bf16
-matmuls) reaches the machine's peak more often: on the 2-core AMD EPYC (Zen 4) this project runs on, at the
-t5-small shapes it measured 1.1–2× MKL's rate for ``x @ W.T`` (the forward pass, up to 2× on the output
-layer) and for ``grad @ W`` (the input gradient), and about the same for ``grad.T @ x`` (the weight
-gradient), so that one stays on MKL (numbers: benchmarks/README.md, "Model"). Both are IEEE fp32
-kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding.
+On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN (which PyTorch ships for
+its CPU convolutions and bf16 matmuls) is fast on others too. On a 2-core AMD EPYC (Zen 4) oneDNN measured
+157 GFLOP/s at 2048³ against MKL's 97, and 1.1–2× MKL's rate at the t5-small shapes for ``x @ W.T`` (the
+forward pass, up to 2× on the output layer) and ``grad @ W`` (the input gradient), about the same for
+``grad.T @ x`` (the weight gradient, so that one stays on MKL). On an Intel Xeon the two are equal
+(≈340 GFLOP/s), so the routing is neutral there (numbers: benchmarks/README.md, "Model"). Both are IEEE
+fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding.
 
 ``linear`` takes that path only for fp32 CPU tensors with autocast off and outside ``torch.compile``
 (inductor cannot lower the oneDNN op; compiled code gets ``F.linear``); everything else (CUDA, bf16, meta
