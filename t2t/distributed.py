@@ -74,15 +74,18 @@ def pick_device(name: str) -> torch.device:
 def wrap_model(model: torch.nn.Module, parallelism: str, device: torch.device) -> torch.nn.Module:
     """DDP (replicated weights) or FSDP (sharded weights, gradients and optimizer state) when distributed.
 
-    FSDP uses one unit, the whole model: at rest each process holds 1/N of the weights, gradients and
-    optimizer state; during forward and backward the weights are gathered whole. Finer units (per block)
-    would need the position-bias tables and the decoder's stacked cross-attention projections, which
-    model.py computes outside the blocks, to move inside them.
+    FSDP shards every Transformer block as its own unit and the rest (embedding, position biases, final
+    norms) as the root unit: at rest each process holds 1/N of everything; in forward and backward one
+    block's weights are gathered at a time, so the peak is one block plus the root, not the whole model.
     """
     if not is_distributed():
         return model
     if parallelism == "fsdp":
         from torch.distributed.fsdp import fully_shard
+
+        from t2t.model import Block
+        for block in [m for m in model.modules() if isinstance(m, Block)]:
+            fully_shard(block)
         return fully_shard(model)
     device_ids = [device.index] if device.type == "cuda" else None
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)

@@ -153,7 +153,7 @@ class Attention(nn.Module):
     ``bias`` is an additive float mask [B|1, H|1, T, S] holding the relative position bias and a large
     negative value where attention is not allowed; it is built once per stack (see ``Stack``) and shared by
     all layers. Scores are not scaled by 1/sqrt(d_kv): T5 folds that into the initialisation of ``q``.
-    Cross-attention gets its keys/values precomputed by the stack. (Multiplying by q|k|v concatenated
+    Cross-attention gets its keys/values from the block (or from the decoding cache). (Multiplying by q|k|v concatenated
     measured no faster on CPU in training and keeps a copy of the weights alive for backward, so only
     decoding, where the concatenation is made once per call, uses it.)
     """
@@ -191,11 +191,15 @@ class Attention(nn.Module):
         B, H, T, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))  # [B, T, d_model]
 
+    def keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``h`` [B, S, d_model], [B, H, S, d_kv] each."""
+        return self.heads(self.k(h)), self.heads(self.v(h))
+
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None,
                 kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Self-attention (``kv`` None) or attention over precomputed keys/values ``kv`` ([B, H, S, d_kv] each)."""
         h = self.layer_norm(x)
-        k, v = (self.heads(self.k(h)), self.heads(self.v(h))) if kv is None else kv
+        k, v = self.keys_values(h) if kv is None else kv
         q = self.heads(self.q(h))
         return x + self.dropout(self.attend(q, k, v, bias))
 
@@ -240,10 +244,12 @@ class Block(nn.Module):
         self.cross_attn = Attention(cfg) if is_decoder else None
         self.ff = FeedForward(cfg)
 
-    def forward(self, x, self_bias, cross_kv=None, cross_bias=None):
+    def forward(self, x, self_bias, enc=None, cross_bias=None):
+        """``enc``: the encoder output, attended to by a decoder block (its keys and values are computed
+        here, inside the block, so that FSDP can shard blocks as units)."""
         x = _clamp_fp16(self.self_attn(x, self_bias))
         if self.cross_attn is not None:
-            x = _clamp_fp16(self.cross_attn(x, cross_bias, kv=cross_kv))
+            x = _clamp_fp16(self.cross_attn(x, cross_bias, kv=self.cross_attn.keys_values(enc)))
         return _clamp_fp16(self.ff(x))
 
 
@@ -277,15 +283,14 @@ class Stack(nn.Module):
         return torch.where(allowed[:, None], bias, torch.finfo(dtype).min)  # [B, H, T, S]
 
     def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every decoder layer's cross-attention (keys, values) of the encoder output, [B, H, S, d_kv] each."""
-        return [(b.cross_attn.heads(b.cross_attn.k(enc)), b.cross_attn.heads(b.cross_attn.v(enc)))
-                for b in self.blocks]
+        """Every decoder layer's cross-attention (keys, values) of the encoder output, [B, H, S, d_kv] each
+        (computed once per decoding call; see ``T5.init_cache``)."""
+        return [b.cross_attn.keys_values(enc) for b in self.blocks]
 
     def forward(self, x, self_bias, enc=None, cross_bias=None):
-        cross_kv = self.cross_keys_values(enc) if enc is not None else [None] * len(self.blocks)
         x = self.dropout(x)
-        for block, kv in zip(self.blocks, cross_kv):
-            x = block(x, self_bias, kv, cross_bias)
+        for block in self.blocks:
+            x = block(x, self_bias, enc, cross_bias)
         return self.dropout(self.final_layer_norm(x))
 
 

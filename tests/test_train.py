@@ -105,6 +105,24 @@ def test_gradient_accumulation_matches_one_big_batch(copy_task, tmp_path):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_fsdp_shards_every_block_as_its_own_unit():
+    from torch.distributed.fsdp import FSDPModule
+
+    from t2t import distributed
+    from t2t.model import T5, Block, ModelConfig
+    from t2t.train import TrainingObjective
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1, store=torch.distributed.HashStore())
+    try:
+        wrapped = distributed.wrap_model(TrainingObjective(T5(ModelConfig(**TINY_MODEL))), "fsdp",
+                                         torch.device("cpu"))
+        blocks = [m for m in wrapped.modules() if isinstance(m, Block)]
+        assert len(blocks) == 4 and all(isinstance(b, FSDPModule) for b in blocks)
+        assert isinstance(wrapped, FSDPModule)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 @pytest.mark.parametrize("parallelism, stop_at", [("ddp", None), ("fsdp", 3)])
 def test_two_processes_match_one(copy_task, tmp_path, parallelism, stop_at):
     """torchrun with 2 CPU processes (gloo) and the same global batch gives the losses of 1 process;
