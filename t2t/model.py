@@ -153,9 +153,9 @@ class Attention(nn.Module):
     ``bias`` is an additive float mask [B|1, H|1, T, S] holding the relative position bias and a large
     negative value where attention is not allowed; it is built once per stack (see ``Stack``) and shared by
     all layers. Scores are not scaled by 1/sqrt(d_kv): T5 folds that into the initialisation of ``q``.
-    Cross-attention gets its keys/values from the block (or from the decoding cache). (Multiplying by q|k|v concatenated
-    measured no faster on CPU in training and keeps a copy of the weights alive for backward, so only
-    decoding, where the concatenation is made once per call, uses it.)
+    Cross-attention gets its keys/values from the block (or from the decoding cache). (Multiplying by q|k|v
+    concatenated measured no faster on CPU in training and keeps a copy of the weights alive for backward,
+    so only decoding, where the concatenation is made once per call, uses it.)
     """
 
     def __init__(self, cfg: ModelConfig):
