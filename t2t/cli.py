@@ -103,8 +103,8 @@ def train_main(argv=None) -> int:
         "save_every": args.save_every, "eval_every": args.eval_every,
         "skip_unavailable": args.skip_unavailable, "vocab": args.vocab, "data_dir": args.data_dir,
         "modules": args.modules})
-    distributed.init_from_env()
-    records = train(cfg)
+    with distributed.process_group_from_env():
+        records = train(cfg)
     if records and distributed.is_main():
         last = records[-1]
         print(f"done: step {last['step']}, loss {last['loss']:.4f}; outputs in {cfg.output_dir}")

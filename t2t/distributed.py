@@ -15,13 +15,21 @@ import torch.distributed as dist
 from t2t.errors import T2TError
 
 
-def init_from_env() -> None:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1); gloo on CPU, nccl on CUDA."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+@contextlib.contextmanager
+def process_group_from_env():
+    """Inside: in the process group when launched by torchrun (WORLD_SIZE > 1; gloo on CPU, nccl on CUDA).
+    On leaving, the group is destroyed: one left to interpreter shutdown can abort the process at exit
+    ("terminate called without an active exception"), failing a run that finished."""
+    joined = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
+    if joined:
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        yield
+    finally:
+        if joined:
+            dist.destroy_process_group()
 
 
 def is_distributed() -> bool:
