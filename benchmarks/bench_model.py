@@ -1,6 +1,7 @@
 """Speed and memory of t2t's T5 against transformers' T5ForConditionalGeneration, same weights, same run.
 
 Run by hand (never a test):   python benchmarks/bench_model.py [--reps 7] [--threads N] [--profile]
+                              [--precision bf16 --skip-memory --out benchmarks/results/model-bf16.json]
 
 Measures, for the t5-small shape in fp32 on the CPU with torch's default threads unless --threads:
   matmul    the machine's fp32 matmul rate (2048³ GEMM), the yardstick for "share of peak"
@@ -10,11 +11,12 @@ Measures, for the t5-small shape in fp32 on the CPU with torch's default threads
             the two outputs are checked to be identical)
   memory    peak resident memory (VmHWM) of a fresh subprocess per model and workload, and that peak minus
             the RSS after the imports (weights, activations, gradients, optimizer state, cache: what the
-            model costs, without transformers' larger import)
+            model costs, without either library's import)
 Measurements alternate between the two models (order swapped every repetition) and report medians of
 wall time and of process CPU time, and the minimum wall time (the least disturbed run); the machine may be
 shared, so read the spread too. The matmul yardstick is the faster of MKL's and oneDNN's GEMM.
-Results go to benchmarks/results/model.json.
+With ``--precision bf16`` both models run their training steps and decoding under CPU bf16 autocast (the
+memory measurements stay fp32). Results go to benchmarks/results/model.json.
 """
 
 from __future__ import annotations
@@ -106,6 +108,16 @@ def decode_fn(model, kind: str, enc: torch.Tensor, n: int):
 
 
 # ---- measuring ------------------------------------------------------------------------------------------
+
+
+def in_precision(fn, precision: str):
+    """``fn`` in t2t's precision context (bf16: CPU autocast, as t2t-train and t2t-eval use it)."""
+    from t2t import kernels
+
+    def run():
+        with kernels.autocast(precision, torch.device("cpu")):
+            return fn()
+    return run
 
 
 def cpu_name() -> str:
@@ -241,6 +253,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--optimizer", choices=["fused", "foreach", "loop"], default="fused",
                     help="AdamW implementation, the same for both models")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: both models' timed steps and decoding under CPU bf16 autocast")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops for a training step")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
@@ -255,7 +269,7 @@ def main() -> None:
 
     results: dict = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                                  "threads": torch.get_num_threads(), "cpu": cpu_name()},
-                     "optimizer": args.optimizer}
+                     "optimizer": args.optimizer, "precision": args.precision}
     import transformers
     results["machine"]["transformers"] = transformers.__version__
     rates = matmul_gflops()
@@ -284,6 +298,7 @@ def main() -> None:
         ours.train(), hf.train()
         fns = {"ours": train_step_fn(ours, "ours", batch, make_optimizer(ours, args.optimizer)),
                "hf": train_step_fn(hf, "hf", batch, make_optimizer(hf, args.optimizer))}
+        fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
         r = alternate(fns, args.reps)
         flops = training_flops(B, S, T)
         entry = {"shape": f"B{B} {S}->{T}", **r, **speedups(r), "flops": flops,
@@ -303,6 +318,7 @@ def main() -> None:
     enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
     ours.eval(), hf.eval()
     fns = {"ours": decode_fn(ours, "ours", enc, N), "hf": decode_fn(hf, "hf", enc, N)}
+    fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
     same = torch.equal(fns["ours"](), fns["hf"]())
     r = alternate(fns, args.decode_reps)
     entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same, **speedups(r)}

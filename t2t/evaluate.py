@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from t2t import checkpoint, distributed
+from t2t import checkpoint, distributed, kernels
 from t2t.errors import T2TError
 from t2t.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
 from t2t.vocab import load_vocabulary
@@ -101,13 +101,11 @@ def decode_in_batches(model, inputs: list[np.ndarray], vocab, *, batch_size: int
     model.eval()
     order = np.argsort([len(x) for x in inputs], kind="stable")
     texts: list[str] = [""] * len(inputs)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
-                              enabled=precision == "bf16" and device.type == "cuda")
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False,
                       disable=not distributed.is_main()):
         idx = order[start:start + batch_size]
         batch = pad_rows([inputs[i] for i in idx]).to(device)
-        with autocast:
+        with kernels.autocast(precision, device):
             ids = model.generate(batch, max_new_tokens=max_new_tokens, num_beams=beam_size)
         for i, text in zip(idx, vocab.decode_batch(ids.tolist())):
             texts[i] = text

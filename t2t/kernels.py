@@ -11,9 +11,16 @@ fp32 kernels (no reduced-precision accumulation), so results agree with ``F.line
 ``linear`` takes that path only for fp32 CPU tensors with autocast off and outside ``torch.compile``
 (inductor cannot lower the oneDNN op; compiled code gets ``F.linear``); everything else (CUDA, bf16, meta
 tensors) is plain ``F.linear``.
+
+``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
+CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs make a t5-small training
+step 1.5–1.6× and greedy decoding 2× faster than fp32 (benchmarks/README.md, Intel Xeon with AMX); elsewhere
+bf16 is emulated and slower.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +55,11 @@ class _CpuLinear(torch.autograd.Function):
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` for ``precision == "bf16"``; nothing for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from typing import Literal
 
 import torch
 
-from t2t import checkpoint, config, distributed
+from t2t import checkpoint, config, distributed, kernels
 from t2t.errors import T2TError
 from t2t.model import T5, load_model_config
 from t2t.optim import OptimizerConfig, build_optimizer, build_scheduler
@@ -54,7 +54,7 @@ class TrainConfig:
     eval_max_examples: int = 256
     eval_batch_size: int = 32
     skip_unavailable: bool = False
-    precision: Literal["fp32", "bf16"] = "fp32"   # bf16 is autocast on CUDA
+    precision: Literal["fp32", "bf16"] = "fp32"   # bf16: autocast (CUDA; CPUs with AMX/AVX512-BF16)
     device: str = "auto"
     parallelism: Literal["ddp", "fsdp"] = "ddp"   # under torchrun with several processes
 
@@ -161,7 +161,8 @@ def train_step(objective: torch.nn.Module, micro_batches: list[dict], optimizer:
     loss_sum, tokens = 0.0, 0
     for i, batch in enumerate(micro_batches):
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with distributed.maybe_no_sync(objective, last=i == len(micro_batches) - 1), autocast(cfg, device):
+        last = i == len(micro_batches) - 1
+        with distributed.maybe_no_sync(objective, last), kernels.autocast(cfg.precision, device):
             batch_loss = objective(batch)
         (batch_loss * scale).backward()
         loss_sum += float(batch_loss.detach())
@@ -186,11 +187,6 @@ class TrainingObjective(torch.nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         loss_sum, _ = self.model.loss_sums(batch)
         return loss_sum
-
-
-def autocast(cfg: TrainConfig, device: torch.device):
-    enabled = cfg.precision == "bf16" and device.type == "cuda"
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def save(cfg: TrainConfig, run_dir: Path, step: int, objective: torch.nn.Module, optimizer, scheduler,

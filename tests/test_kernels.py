@@ -44,3 +44,11 @@ def test_linear_module_keeps_nn_linear_parameters():
     assert layer.bias is None and list(layer.state_dict()) == ["weight"]
     x = torch.randn(2, 8)
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight))
+
+
+def test_autocast_is_bf16_on_the_cpu_for_bf16_and_off_for_fp32():
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    with kernels.autocast("bf16", torch.device("cpu")):
+        assert kernels.linear(x, w).dtype == torch.bfloat16
+    with kernels.autocast("fp32", torch.device("cpu")):
+        assert kernels.linear(x, w).dtype == torch.float32

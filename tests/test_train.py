@@ -98,6 +98,13 @@ def test_resume_continues_exactly(copy_task, tmp_path):
     assert losses(resumed) == losses(straight)  # metrics.jsonl reads like a run that never stopped
 
 
+def test_bf16_trains_on_the_cpu_close_to_fp32(copy_task, tmp_path):
+    fp32 = train(settings(copy_task, tmp_path / "fp32", dropout_rate=0.0))
+    bf16 = train(settings(copy_task, tmp_path / "bf16", dropout_rate=0.0, precision="bf16"))
+    assert losses(bf16) != losses(fp32)  # autocast was on
+    assert losses(bf16) == pytest.approx(losses(fp32), rel=0.05)
+
+
 def test_gradient_accumulation_matches_one_big_batch(copy_task, tmp_path):
     whole = train(settings(copy_task, tmp_path / "whole", dropout_rate=0.0))
     accumulated = train(settings(copy_task, tmp_path / "accum", dropout_rate=0.0, grad_accum_steps=2))
