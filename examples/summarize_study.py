@@ -62,13 +62,14 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def final_scores(run: Path) -> dict[str, dict[str, float]]:
-    """{task: {metric: value}} from t2t-eval's metrics.json files (full validation sets)."""
+    """{task: {metric: value}} from t2t-eval's metrics.json files (full validation sets); an undefined metric
+    (stored as null) reads as NaN."""
     scores = {}
     for task, _, _ in TASKS:
         for path in sorted((run / "eval").glob("*/metrics.json")):
             data = json.loads(path.read_text())
             if task in data.get("tasks", {}):
-                scores[task] = data["tasks"][task]
+                scores[task] = {m: float("nan") if v is None else v for m, v in data["tasks"][task].items()}
     return scores
 
 
