@@ -173,11 +173,7 @@ def matmul_gflops(reps: int = 5, n: int = 2048) -> dict:
     rates = {}
     for name, product in products.items():
         product()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - t0)
+        times = [timed(product)[0] for _ in range(reps)]
         rates[name] = 2 * n ** 3 / statistics.median(times) / 1e9
     return {**rates, "best": max(rates.values())}
 
