@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from t2t import config as config_lib
-from t2t.kernels import Linear, linear
+from t2t.kernels import Dropout, Linear, attention, linear
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -153,7 +153,9 @@ class Attention(nn.Module):
     ``bias`` is an additive float mask [B|1, H|1, T, S] holding the relative position bias and a large
     negative value where attention is not allowed; it is built once per stack (see ``Stack``) and shared by
     all layers. Scores are not scaled by 1/sqrt(d_kv): T5 folds that into the initialisation of ``q``.
-    Cross-attention gets its keys/values from the block (or from the decoding cache). (Multiplying by q|k|v
+    Cross-attention gets its keys/values from the block (or from the decoding cache). ``kernels.attention``
+    is ``F.scaled_dot_product_attention`` except in CPU training with dropout, where it is the same unfused
+    math that SDPA falls back to there, with ``kernels.dropout``'s cheaper mask. (Multiplying by q|k|v
     concatenated measured no faster on CPU in training and keeps a copy of the weights alive for backward,
     so only decoding, where the concatenation is made once per call, uses it.)
     """
@@ -167,7 +169,7 @@ class Attention(nn.Module):
         self.k = Linear(cfg.d_model, inner)
         self.v = Linear(cfg.d_model, inner)
         self.o = Linear(inner, cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout_rate)  # also the attention-probability dropout rate
+        self.dropout = Dropout(cfg.dropout_rate)  # also the attention-probability dropout rate
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -186,8 +188,7 @@ class Attention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
-        p = self.dropout.p if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=1.0)  # [B, H, T, d_kv]
+        y = attention(q, k, v, bias, self.dropout.p if self.training else 0.0)  # [B, H, T, d_kv]
         B, H, T, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))  # [B, T, d_model]
 
@@ -221,7 +222,7 @@ class FeedForward(nn.Module):
         else:
             self.wi = Linear(cfg.d_model, cfg.d_ff)
         self.wo = Linear(cfg.d_ff, cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.layer_norm(x)
@@ -269,7 +270,7 @@ class Stack(nn.Module):
         n = cfg.decoder_layers if is_decoder else cfg.num_layers
         self.blocks = nn.ModuleList([Block(cfg, is_decoder) for _ in range(n)])
         self.final_layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon)
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
 
     def position_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """q_pos [B|1, T], k_pos [B|1, S] → bias [B|1, H, T, S]."""

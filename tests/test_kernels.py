@@ -1,4 +1,4 @@
-"""t2t.kernels: the oneDNN-routed linear layer equals F.linear in value and gradients."""
+"""t2t.kernels: the oneDNN-routed linear layer equals F.linear; CPU dropout keeps 1-p, follows the seed."""
 
 import pytest
 import torch
@@ -52,3 +52,54 @@ def test_autocast_is_bf16_on_the_cpu_for_bf16_and_off_for_fp32():
         assert kernels.linear(x, w).dtype == torch.bfloat16
     with kernels.autocast("fp32", torch.device("cpu")):
         assert kernels.linear(x, w).dtype == torch.float32
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.01])
+def test_cpu_dropout_keeps_one_minus_p_and_preserves_the_mean(p):
+    torch.manual_seed(0)
+    x = torch.ones(1_000_001)  # odd: the last 31-bit word is half used
+    y = kernels.dropout(x, p, training=True)
+    kept = (y != 0).double().mean().item()
+    sd = (p * (1 - p) / x.numel()) ** 0.5
+    assert abs(kept - (1 - p)) < 5 * sd
+    _, scale = kernels.keep_mask(x.shape, p, x.device)
+    assert scale == pytest.approx(1 / (1 - p), rel=1e-4)
+    assert torch.all(y[y != 0] == torch.tensor(scale, dtype=y.dtype))
+    assert abs(y.double().mean().item() - 1) < 5 * sd * scale
+
+
+def test_cpu_dropout_masks_follow_torch_seed_and_gradients_use_the_same_mask():
+    x = torch.randn(4, 33, 7)
+    torch.manual_seed(3)
+    a = kernels.dropout(x, 0.1, training=True)
+    torch.manual_seed(3)
+    xg = x.clone().requires_grad_(True)
+    b = kernels.dropout(xg, 0.1, training=True)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    grad_out = torch.randn_like(x)
+    b.backward(grad_out)
+    torch.testing.assert_close(xg.grad, grad_out * b.detach() / x)
+    torch.manual_seed(4)
+    assert not torch.equal(kernels.dropout(x, 0.1, training=True), a)
+
+
+def test_dropout_is_identity_in_eval_and_at_zero_and_zeroes_at_one():
+    x = torch.randn(5, 6)
+    assert kernels.dropout(x, 0.1, training=False) is x
+    assert kernels.dropout(x, 0.0, training=True) is x
+    assert torch.equal(kernels.dropout(x, 1.0, training=True), torch.zeros_like(x))
+    assert kernels.keep_mask(x.shape, 0.99999, x.device)[0].shape == x.shape  # no division by zero
+
+
+def test_attention_with_dropout_is_softmax_of_scores_plus_bias_times_the_mask_times_values():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
+    bias = torch.randn(1, 3, 5, 5, generator=g)
+    torch.manual_seed(7)
+    y = kernels.attention(q, k, v, bias, 0.2)
+    torch.manual_seed(7)
+    keep, scale = kernels.keep_mask((2, 3, 5, 5), 0.2, q.device)
+    probs = (q @ k.transpose(-2, -1) + bias).softmax(-1)
+    torch.testing.assert_close(y, (probs * keep * scale) @ v)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
+    torch.testing.assert_close(kernels.attention(q, k, v, bias, 0.0), sdpa)
