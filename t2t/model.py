@@ -276,7 +276,8 @@ class Stack(nn.Module):
         """q_pos [B|1, T], k_pos [B|1, S] → bias [B|1, H, T, S]."""
         rel = k_pos[:, None, :] - q_pos[:, :, None]  # [B, T, S]
         buckets = relative_position_bucket(rel, not self.is_decoder, self.num_buckets, self.max_distance)
-        return self.relative_attention_bias(buckets).permute(0, 3, 1, 2)  # [B, H, T, S]
+        # contiguous: with heads innermost, every layer's attention would copy the mask
+        return self.relative_attention_bias(buckets).permute(0, 3, 1, 2).contiguous()  # [B, H, T, S]
 
     def self_attention_bias(self, q_pos, k_pos, allowed, dtype) -> torch.Tensor:
         """Position bias where ``allowed`` ([B|1, T, S] bool), the dtype's most negative value elsewhere."""
