@@ -120,7 +120,7 @@ def pad_rows(rows: list[np.ndarray]) -> torch.Tensor:
 
 
 def validation_metrics(model, name: str, vocab, *, data_dir=None, max_examples=256, batch_size=32,
-                       device=torch.device("cpu"), split="validation",
+                       device=torch.device("cpu"), precision="fp32", split="validation",
                        trained_only: bool = False) -> dict[str, float]:
     """Flat ``{"eval/<task>/<metric>": value}`` over the tasks of ``name`` that have a validation split.
 
@@ -136,7 +136,7 @@ def validation_metrics(model, name: str, vocab, *, data_dir=None, max_examples=2
         if rates.get(task.name, 0) > 0 and not task.has_split("train", data_dir=data_dir):
             continue
         metrics, _ = evaluate_task(model, task, vocab, split, data_dir=data_dir, max_examples=max_examples,
-                                   batch_size=batch_size, device=device)
+                                   batch_size=batch_size, device=device, precision=precision)
         results[task.name] = metrics
     flat = {f"eval/{task}/{metric}": value for task, m in results.items() for metric, value in m.items()}
     average = glue_average(results)

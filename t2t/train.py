@@ -214,5 +214,5 @@ def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):
     def evaluator(model: T5) -> dict:
         return validation_metrics(model, cfg.mixture, vocab, data_dir=cfg.data_dir,
                                   max_examples=cfg.eval_max_examples, batch_size=cfg.eval_batch_size,
-                                  device=device, trained_only=cfg.skip_unavailable)
+                                  device=device, precision=cfg.precision, trained_only=cfg.skip_unavailable)
     return evaluator

@@ -105,6 +105,15 @@ def test_bf16_trains_on_the_cpu_close_to_fp32(copy_task, tmp_path):
     assert losses(bf16) == pytest.approx(losses(fp32), rel=0.05)
 
 
+def test_evaluation_during_training_decodes_in_the_run_precision(copy_task, tmp_path, monkeypatch):
+    from t2t import evaluate
+    seen = []
+    real = evaluate.evaluate_task
+    monkeypatch.setattr(evaluate, "evaluate_task", lambda *a, **kw: seen.append(kw["precision"]) or real(*a, **kw))
+    train(settings(copy_task, tmp_path / "run", train_steps=2, eval_every=2, eval_max_examples=2, precision="bf16"))
+    assert seen == ["bf16"]
+
+
 def test_gradient_accumulation_matches_one_big_batch(copy_task, tmp_path):
     whole = train(settings(copy_task, tmp_path / "whole", dropout_rate=0.0))
     accumulated = train(settings(copy_task, tmp_path / "accum", dropout_rate=0.0, grad_accum_steps=2))
