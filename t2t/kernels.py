@@ -14,7 +14,7 @@ tensors) is plain ``F.linear``.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs make a t5-small training
-step 1.5–1.6× and greedy decoding 2× faster than fp32 (benchmarks/README.md, Intel Xeon with AMX); elsewhere
+step 1.7–1.8× and greedy decoding 2.2× faster than fp32 (benchmarks/README.md, Intel Xeon with AMX); elsewhere
 bf16 is emulated and slower.
 
 ``Dropout`` is ``nn.Dropout`` whose CPU masks come from 31-bit words of torch's generator (``random_``, about
