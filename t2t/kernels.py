@@ -60,9 +60,14 @@ class _CpuLinear(torch.autograd.Function):
         return grad_x, grad_w
 
 
+def _eager_on_cpu(x: torch.Tensor) -> bool:
+    """Whether the CPU kernels here apply: ``x`` on the CPU and not being traced by ``torch.compile``."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
+    return (HAS_ONEDNN and _eager_on_cpu(x) and x.dtype == weight.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu"))
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -88,6 +93,7 @@ class Linear(nn.Linear):
 
 
 _DROP_BITS = 15  # a 31-bit word from ``random_`` gives two draws of 15 bits
+_DRAWS = 1 << _DROP_BITS  # the number of values a draw takes
 
 
 def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
@@ -95,9 +101,9 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.
     probability (the scale for the kept values)."""
     n = math.prod(shape)
     words = torch.empty((n + 1) // 2, dtype=torch.int32, device=device).random_()  # 31 uniform bits each
-    draws = words.view(torch.int16)[:n].bitwise_and_((1 << _DROP_BITS) - 1)  # uniform on [0, 2^15)
-    threshold = min(round(p * (1 << _DROP_BITS)), (1 << _DROP_BITS) - 1)
-    return (draws >= threshold).view(shape), (1 << _DROP_BITS) / ((1 << _DROP_BITS) - threshold)
+    draws = words.view(torch.int16)[:n].bitwise_and_(_DRAWS - 1)  # uniform on [0, 2^15)
+    threshold = min(round(p * _DRAWS), _DRAWS - 1)
+    return (draws >= threshold).view(shape), _DRAWS / (_DRAWS - threshold)
 
 
 class _CpuDropout(torch.autograd.Function):
@@ -118,7 +124,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the cheaper mask on the CPU (see the module doc)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
+    if not _eager_on_cpu(x) or p >= 1.0:
         return F.dropout(x, p, training)
     return _CpuDropout.apply(x, p)
 
@@ -137,7 +143,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     With dropout on the CPU, SDPA falls back to its unfused math (scores, softmax, ``bernoulli_`` mask,
     product); this is the same math with ``dropout``'s cheaper mask.
     """
-    if dropout_p == 0.0 or q.device.type != "cpu" or torch.compiler.is_compiling():
+    if dropout_p == 0.0 or not _eager_on_cpu(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
     scores = q @ k.transpose(-2, -1)
     if bias is not None:
