@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from t2t import config as config_lib
-from t2t.features import get_converter
-from t2t.model import T5, ModelConfig, resolve_model_config
+from t2t.data.features import get_converter
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 
 ROOT = Path(__file__).resolve().parent
 

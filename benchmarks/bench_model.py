@@ -53,8 +53,8 @@ def build_hf(seed: int = 0):
 
 
 def build_ours(hf=None, seed: int = 0):
-    from t2t.hf import hf_key
-    from t2t.model import ModelConfig, T5
+    from t2t.checkpoints.hf import hf_key
+    from t2t.models.t5 import ModelConfig, T5
 
     torch.manual_seed(seed)
     model = T5(ModelConfig(**SMALL))
@@ -112,7 +112,7 @@ def decode_fn(model, kind: str, enc: torch.Tensor, n: int):
 
 def in_precision(fn, precision: str):
     """``fn`` in t2t's precision context (bf16: CPU autocast, as t2t-train and t2t-eval use it)."""
-    from t2t import kernels
+    from t2t.models import kernels
 
     def run():
         with kernels.autocast(precision, torch.device("cpu")):
@@ -164,7 +164,7 @@ def speedups(r: dict) -> dict:
 def matmul_gflops(reps: int = 5, n: int = 2048) -> dict:
     """fp32 GEMM rate of an n³ product with each CPU kernel torch has (MKL, and oneDNN where built in);
     the better one is the machine's measured matmul rate."""
-    from t2t import kernels
+    from t2t.models import kernels
 
     a, b = torch.randn(n, n), torch.randn(n, n)
     products = {"mkl": lambda: a @ b}
@@ -207,7 +207,7 @@ def memory_child(kind: str, workload: str, shape: list[int], optimizer: str) -> 
     if kind == "hf":
         import transformers  # noqa: F401  (imports are not the model's memory: counted in the baseline)
     else:
-        import t2t.model  # noqa: F401
+        import t2t.models.t5  # noqa: F401
     imported = _rss_mb("VmRSS")
     if kind == "hf":
         model = build_hf()

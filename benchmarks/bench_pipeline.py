@@ -13,7 +13,7 @@ Measures, in one process on this machine's CPU:
 2. ``glue_v002_proportional`` (the GLUE mixture present under ``$T2T_DATA_DIR/glue``; missing members skipped)
    packed 512/128, batch 8.
 3. One t5-small training step (forward + loss + backward + Adafactor step) on a packed corpus batch, with
-   ``t2t.model.T5`` (``configs/models/t5-small.yaml``), at the same torch thread count.
+   ``t2t.models.t5.T5`` (``configs/models/t5-small.yaml``), at the same torch thread count.
 
 Writes ``benchmarks/results/pipeline.json``; the numbers are summarised in benchmarks/README.md.
 """
@@ -36,9 +36,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from t2t import pipeline
-from t2t.pipeline import build_train_batches
-from t2t.vocab import load_vocabulary
+from t2t.data import tokenized
+from t2t.data.pipeline import build_train_batches
+from t2t.data.vocab import load_vocabulary
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pipeline.json"
 
@@ -102,7 +102,7 @@ def time_batches(batches, n: int) -> dict:
 def bench_corpus(vocab, data_dir, n_batches: int) -> tuple[dict, dict]:
     counter = CountingVocab(vocab)
     try:
-        pipeline.clear_cache()
+        tokenized.clear_cache()
         start = time.perf_counter()
         batches = build_train_batches("corpus", vocab=vocab, batch_size=8, input_length=512, target_length=114,
                                       pack=True, seed=0, data_dir=data_dir)
@@ -145,7 +145,7 @@ def bench_corpus(vocab, data_dir, n_batches: int) -> tuple[dict, dict]:
 
 
 def bench_glue(vocab, data_dir, n_batches: int) -> dict:
-    pipeline.clear_cache()
+    tokenized.clear_cache()
     start = time.perf_counter()
     batches = build_train_batches("glue_v002_proportional", vocab=vocab, batch_size=8, input_length=512,
                                   target_length=128, pack=True, seed=0, data_dir=data_dir, skip_unavailable=True)
@@ -156,8 +156,8 @@ def bench_glue(vocab, data_dir, n_batches: int) -> dict:
 
 
 def bench_model_step(batch: dict, steps: int) -> dict:
-    from t2t.model import T5, load_model_config
-    from t2t.optim import OptimizerConfig, build_optimizer
+    from t2t.models.t5 import T5, load_model_config
+    from t2t.training.optim import OptimizerConfig, build_optimizer
 
     torch.manual_seed(0)
     model = T5(load_model_config("t5-small"))
@@ -173,7 +173,7 @@ def bench_model_step(batch: dict, steps: int) -> dict:
         if i:  # the first step allocates optimizer state
             times.append(time.perf_counter() - t0)
     seconds = float(np.median(times))
-    return {"model": "t2t.model.T5 t5-small (configs/models/t5-small.yaml)", "optimizer": "Adafactor",
+    return {"model": "t2t.models.t5.T5 t5-small (configs/models/t5-small.yaml)", "optimizer": "Adafactor",
             "batch": "8 x 512/114 packed corpus batch", "steps_timed": steps, "seconds_per_step": seconds,
             "steps_per_s": 1 / seconds, "all_step_seconds": times,
             "params": sum(p.numel() for p in model.parameters())}

@@ -2,7 +2,7 @@
 
     T2T_DATA_DIR=../shared/data python benchmarks/bench_trainer.py [--steps 25] [--task glue_sst2_v002]
 
-Fine-tunes t5-small (fp32, Adafactor at 1e-3, batch 8 × 128→16 tokens, packed) with ``t2t.train.train`` —
+Fine-tunes t5-small (fp32, Adafactor at 1e-3, batch 8 × 128→16 tokens, packed) with ``t2t.training.train.train`` —
 data pipeline, logging, progress bar and a checkpoint at step 20 included — and reads the trainer's own
 tokens/s from metrics.jsonl for steps 11–30 (the first 10 hold tokenization and warm-up). Then it times the bare step on batches from the same pipeline: ``loss_sums``, backward and the same
 optimizer, nothing else. Both count tokens the same way (non-padding encoder + target tokens). The two are
@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from t2t import config
-from t2t.optim import build_optimizer
-from t2t.pipeline import build_train_batches
-from t2t.train import TrainConfig, TrainingObjective, build_model, train
-from t2t.vocab import load_vocabulary
+from t2t.training.optim import build_optimizer
+from t2t.data.pipeline import build_train_batches
+from t2t.training.train import TrainConfig, TrainingObjective, build_model, train
+from t2t.data.vocab import load_vocabulary
 
 ROOT = Path(__file__).resolve().parent
 

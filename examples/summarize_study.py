@@ -89,7 +89,7 @@ def majority_scores() -> dict[str, dict[str, float]]:
     import warnings
     from collections import Counter
 
-    from t2t.task import get_task, load_modules
+    from t2t.data.task import get_task, load_modules
     load_modules([])
     scores = {}
     for name, _, _ in TASKS:
@@ -251,7 +251,7 @@ def unigram_entropy(root: Path) -> float | None:
         import sentencepiece as spm
         from collections import Counter
 
-        from t2t.task import get_task, load_modules
+        from t2t.data.task import get_task, load_modules
         load_modules([])
         vocab = root.parent / "vocab" / "corpus8k.model"
         processor = spm.SentencePieceProcessor(model_file=str(vocab))

@@ -11,7 +11,7 @@ we keep t5's number.
 
 from __future__ import annotations
 
-from t2t.task import Mixture, register_mixture
+from t2t.data.task import Mixture, register_mixture
 
 GLUE_WEIGHT_MAPPING = {
     "glue_cola_v002": 8_551.0,

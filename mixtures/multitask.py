@@ -19,7 +19,7 @@ mixture                            members and rates
 
 The supervised tasks are GLUE's, SuperGLUE's, CNN/DM, SQuAD and the three WMT pairs; C4 is
 ``c4_v020_unsupervised`` (the paper's baseline objective). Examples-proportional rates are
-``t2t.mixing.rate_num_examples``: train with ``--set mixing_maximum=K --set mixing_temperature=T`` for §3.5.2's
+``t2t.data.mixing.rate_num_examples``: train with ``--set mixing_maximum=K --set mixing_temperature=T`` for §3.5.2's
 limit and temperature (they then apply to GLUE's and SuperGLUE's written-down sizes too, as in the paper; the
 t5 library left those constants alone). Evaluation-only members (no train split) get rate 0. t5's
 ``squad_trivia_qa_equal`` is not registered: TriviaQA is not a t2t task.
@@ -27,10 +27,10 @@ t5 library left those constants alone). Evaluation-only members (no train split)
 
 from __future__ import annotations
 
-from t2t.mixing import rate_num_examples, rate_unsupervised
+from t2t.data.mixing import rate_num_examples, rate_unsupervised
 from t2t.mixtures.glue import GLUE_WEIGHT_MAPPING
 from t2t.mixtures.superglue import SUPER_GLUE_WEIGHT_MAPPING
-from t2t.task import Mixture, register_mixture
+from t2t.data.task import Mixture, register_mixture
 
 C4 = "c4_v020_unsupervised"
 SUPERVISED_TASKS = (list(GLUE_WEIGHT_MAPPING) + list(SUPER_GLUE_WEIGHT_MAPPING)

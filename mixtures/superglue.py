@@ -9,7 +9,7 @@ diagnostics are members with rate 0, so the mixture's evaluation covers them but
 
 from __future__ import annotations
 
-from t2t.task import Mixture, register_mixture
+from t2t.data.task import Mixture, register_mixture
 
 SUPER_GLUE_WEIGHT_MAPPING = {
     "dpr_v001_simple": 1_322.0,

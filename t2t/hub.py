@@ -1,5 +1,5 @@
-"""What went wrong talking to the Hugging Face hub, told apart once for model downloads (t2t.hf) and
-dataset loads (t2t.sources), each of which turns the answer into its own sentence.
+"""What went wrong talking to the Hugging Face hub, told apart once for model downloads (t2t.checkpoints.hf) and
+dataset loads (t2t.data.sources), each of which turns the answer into its own sentence.
 
 The installed ``huggingface_hub`` and ``datasets`` differ across versions in their error classes and in
 the HTTP library under them, and ``datasets`` wraps the hub's errors, so the whole cause chain is read and

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from t2t.vocab import DEFAULT_EXTRA_IDS, SentencePieceVocabulary, train_vocabulary
+from t2t.data.vocab import DEFAULT_EXTRA_IDS, SentencePieceVocabulary, train_vocabulary
 
 __all__ = ["TINY_TEXT", "tiny_vocabulary"]
 
@@ -94,13 +94,13 @@ def tiny_vocabulary(vocab_size: int = TINY_VOCAB_PIECES, extra_ids: int = DEFAUL
 # Helpers for testing your own tasks without files: a task over Python lists, registered only for a test.
 
 def in_memory_task(name: str, examples: "dict[str, list[dict]]", **task_fields):
-    """A ``t2t.task.Task`` named ``name`` over ``{"train": [example, ...], ...}`` held in memory.
+    """A ``t2t.data.task.Task`` named ``name`` over ``{"train": [example, ...], ...}`` held in memory.
 
     ``task_fields`` are the other Task fields (``preprocessors``, ``postprocess_fn``, ``metric_fns``, ...).
     Without ``preprocessors`` the examples must already carry ``inputs`` and ``targets`` strings.
     """
-    from t2t.sources import InMemorySource
-    from t2t.task import Task
+    from t2t.data.sources import InMemorySource
+    from t2t.data.task import Task
     return Task(name=name, source=InMemorySource(examples), **task_fields)
 
 
@@ -116,8 +116,8 @@ class registered:
         self.aliases = aliases or {}
 
     def __enter__(self):
-        from t2t.task import MIXTURES, TASKS, Mixture, register_mixture, register_task
-        from t2t.task import _load_builtins_once
+        from t2t.data.task import MIXTURES, TASKS, Mixture, register_mixture, register_task
+        from t2t.data.task import _load_builtins_once
         _load_builtins_once()  # built-ins first, so a later lookup does not collide with these
         self._done = []
         try:

@@ -19,9 +19,9 @@ longer than 65,536 tokens to a random window (a random step before the determini
 
 from __future__ import annotations
 
-from t2t import objectives
-from t2t.sources import HFDataset
-from t2t.task import register_task
+from t2t.data import objectives
+from t2t.data.sources import HFDataset
+from t2t.data.task import register_task
 from t2t.tasks.text_files import unsupervised_task
 
 C4_HUB_ID, C4_CONFIG = "allenai/c4", "en"

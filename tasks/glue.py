@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import functools
 
-from t2t import metrics
-from t2t.preprocessors import glue, stsb, string_label_to_class_id, string_to_float
-from t2t.sources import GLUE_LABELS, GlueSource
-from t2t.task import Task, register_task
+from t2t.evaluation import metrics
+from t2t.data.preprocessors import glue, stsb, string_label_to_class_id, string_to_float
+from t2t.data.sources import GLUE_LABELS, GlueSource
+from t2t.data.task import Task, register_task
 
 # t5's GLUE_METRICS; CoLA's Matthews correlation is reported ×100 like every t2t metric.
 GLUE_METRICS = {

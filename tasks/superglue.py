@@ -6,7 +6,7 @@ One task per SuperGLUE config, named ``super_glue_<config>_v102``, plus T5's "si
   MultiRC (question, answer, paragraph; HTML ``<br>``/``<b>`` removed) and WiC (sentence1, sentence2, word);
   AX-b and AX-g are cast as RTE (AX-b's sentence1/sentence2 renamed premise/hypothesis first);
   ReCoRD is ``record query: … entities: … passage: …``, one example per answer (``t2t.preprocessors.record``);
-- WSC, DPR and WNLI in T5's simple form, ``wsc: … *pronoun* …`` → the referent (``t2t.winograd``):
+- WSC, DPR and WNLI in T5's simple form, ``wsc: … *pronoun* …`` → the referent (``t2t.data.winograd``):
   ``super_glue_wsc_v102_simple_train`` keeps only rows whose candidate is the referent,
   ``super_glue_wsc_v102_simple_eval`` keeps all and scores with T5's ``wsc_simple`` postprocessor,
   ``dpr_v001_simple`` (Definite Pronoun Resolution) and ``glue_wnli_v002_simple_eval`` (GLUE WNLI, eval only);
@@ -29,12 +29,12 @@ import operator
 from pathlib import Path
 from typing import Iterator
 
-from t2t import metrics
+from t2t.evaluation import metrics
 from t2t.errors import T2TError
-from t2t.preprocessors import glue, multirc, record, record_answers, rekey, string_label_to_class_id
-from t2t.sources import GlueSource, HFDataset, LocalOrHub
-from t2t.task import Task, register_task
-from t2t.winograd import dpr_simple, referent_match, wnli_simple, wsc_simple
+from t2t.data.preprocessors import glue, multirc, record, record_answers, rekey, string_label_to_class_id
+from t2t.data.sources import GlueSource, HFDataset, LocalOrHub
+from t2t.data.task import Task, register_task
+from t2t.data.winograd import dpr_simple, referent_match, wnli_simple, wsc_simple
 
 SUPER_GLUE_HUB_ID = "aps/super_glue"
 DPR_HUB_ID = "community-datasets/definite_pronoun_resolution"

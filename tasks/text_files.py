@@ -20,7 +20,7 @@ release), except documentation: any file whose name (case-insensitively) starts 
 
 Registered here: ``corpus_span_corruption`` (alias ``corpus``) over ``<data dir>/corpus`` and, for the
 objectives comparison of T5 §3.3 (Tables 3-5), ``corpus_<objective>`` for every other objective in
-``t2t.objectives.OBJECTIVES``: ``corpus_prefix_lm``, ``corpus_bert_style``, ``corpus_mass_style``,
+``t2t.data.objectives.OBJECTIVES``: ``corpus_prefix_lm``, ``corpus_bert_style``, ``corpus_mass_style``,
 ``corpus_deshuffling``, ``corpus_iid_noise_replace_spans``, ``corpus_iid_noise_drop``, ``corpus_random_spans``;
 and ``corpus_full_lm`` (Table 2's LM objective: the whole chunk of ``target_length - 1`` tokens is the target,
 no inputs; for decoder-only models).
@@ -35,11 +35,11 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from t2t import objectives
+from t2t.data import objectives
 from t2t.errors import T2TError
-from t2t.preprocessors import concat_and_split, rekey
-from t2t.sources import DataNotFoundError, Source, resolve_data_dir
-from t2t.task import Feature, Task, default_output_features, register_task
+from t2t.data.preprocessors import concat_and_split, rekey
+from t2t.data.sources import DataNotFoundError, Source, resolve_data_dir
+from t2t.data.task import Feature, Task, default_output_features, register_task
 
 DEFAULT_SUFFIXES = (".txt", ".raw")
 _DOC_FILE = re.compile(r"^(readme|license|licence|copying)|_readme", re.IGNORECASE)
@@ -145,7 +145,7 @@ def unsupervised_task(name: str, source: Source, objective: objectives.Objective
     """A Task that turns ``source``'s ``{"text": ...}`` examples into ``objective`` training examples
     (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective)."""
     if not callable(objective):
-        raise T2TError(f"objective must be a function like t2t.objectives.span_corruption, got {objective!r}.")
+        raise T2TError(f"objective must be a function like t2t.data.objectives.span_corruption, got {objective!r}.")
     # the full LM has no inputs (t5's c4_v220_full_lm has only "targets"): not even an EOS precedes the text
     features = ({"inputs": Feature(add_eos=False, required=False), "targets": Feature()}
                 if objective is objectives.full_lm else default_output_features())

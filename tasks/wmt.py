@@ -27,11 +27,11 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from t2t import metrics
+from t2t.evaluation import metrics
 from t2t.errors import T2TError
-from t2t.preprocessors import translate
-from t2t.sources import HFDataset, LocalOrHub
-from t2t.task import Task, register_task
+from t2t.data.preprocessors import translate
+from t2t.data.sources import HFDataset, LocalOrHub
+from t2t.data.task import Task, register_task
 
 _SEG = re.compile(r'<seg id="?\d+"?>(.*)</seg>')
 

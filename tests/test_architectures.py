@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from t2t import checkpoint, decoding
-from t2t.features import get_converter
-from t2t.model import T5, resolve_model_config
+from t2t.checkpoints.loading import load_model
+from t2t.models import decoding
+from t2t.data.features import get_converter
+from t2t.models.t5 import T5, resolve_model_config
 
 ARCHITECTURES = ["encoder_decoder", "shared_encoder_decoder", "decoder_only", "prefix_lm"]
 A = {"inputs": [5, 6, 1], "targets": [7, 1]}
@@ -181,7 +182,7 @@ def test_beam_search_and_sampling_condition_on_the_prefix(architecture):
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_each_architecture_learns_rte_and_t2t_eval_reports_accuracy(architecture, data_dir, tmp_path):
-    from t2t.cli import eval_main, train_main
+    from t2t.cli.main import eval_main, train_main
     run = tmp_path / "run"
     assert train_main(["--task", "rte", "--data-dir", str(data_dir), "--output-dir", str(run), "--model", "t5-tiny",
                        "--train-steps", "100", "--batch-size", "8", "--log-every", "1", "--save-every", "100",
@@ -196,4 +197,4 @@ def test_each_architecture_learns_rte_and_t2t_eval_reports_accuracy(architecture
     result = json.loads((tmp_path / "eval" / "validation" / "glue_rte_v002.metrics.json").read_text())
     assert result["num_examples"] == 16 and set(result["metrics"]) == {"accuracy"}
     assert 0 <= result["metrics"]["accuracy"] <= 100
-    assert checkpoint.load_model(run).config.architecture == architecture
+    assert load_model(run).config.architecture == architecture

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from t2t import checkpoint, t5x
-from t2t.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, load_model, save_checkpoint
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints import t5x
+from t2t.checkpoints.native import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError
-from t2t.model import T5, ModelConfig
+from t2t.models.t5 import T5, ModelConfig
 
 TINY = dict(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=1, num_heads=4,
             relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.0)
@@ -531,8 +533,8 @@ def test_from_t5x_without_msgpack(monkeypatch, tmp_path):
 
 
 def test_conversion_names_stay_importable_from_t2t_checkpoint():
-    from t2t import hf
-    from t2t.checkpoint import from_hf, from_t5x, hf_key, to_hf
+    from t2t.checkpoints import hf
+    from t2t.checkpoints.native import from_hf, from_t5x, hf_key, to_hf
 
     assert (from_hf, to_hf, hf_key, from_t5x) == (hf.from_hf, hf.to_hf, hf.hf_key, t5x.from_t5x)
     with pytest.raises(AttributeError):

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from t2t import config, settings_doc
-from t2t.cli import PARSERS, eval_main, run_cli, text_files, train_main
-from t2t.train import TrainConfig
+from t2t import config
+from t2t.cli import settings_doc
+from t2t.cli.main import PARSERS, eval_main, run_cli, text_files, train_main
+from t2t.training.train import TrainConfig
 from t2t.errors import T2TError
 
 
@@ -34,9 +35,9 @@ def test_vocab_folders_are_read_like_the_text_tasks(tmp_path):
 
 TASK_MODULE = '''
 from pathlib import Path
-from t2t import metrics
-from t2t.sources import JsonlFiles
-from t2t.task import Task, register_task
+from t2t.evaluation import metrics
+from t2t.data.sources import JsonlFiles
+from t2t.data.task import Task, register_task
 rows = str(Path(__file__).parent / "rows.jsonl")
 register_task(Task("cli_copy", JsonlFiles({"train": rows, "validation": rows}), metric_fns=(metrics.accuracy,)))
 '''
@@ -57,7 +58,7 @@ def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
             "--vocab", str(tiny_vocabulary().path), "--output-dir", str(tmp_path / "run"), "--train-steps", "2",
             "--batch-size", "4", "--log-every", "1", "--eval-every", "2", "--set", "eval_max_examples=4",
             "--set", "input_length=16", "--set", "target_length=8"]
-    code = "import sys; from t2t.cli import train_main; sys.exit(train_main())"
+    code = "import sys; from t2t.cli.main import train_main; sys.exit(train_main())"
     run = subprocess.run([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          timeout=600)
     output = run.stdout.decode()
@@ -76,7 +77,7 @@ def test_every_flag_says_what_it_does_and_help_shows_an_example(command):
 
 
 def test_settings_reference_is_in_sync_with_the_dataclasses():
-    """docs/settings.md is generated: run `python -m t2t.settings_doc > docs/settings.md` after a change."""
+    """docs/settings.md is generated: run `python -m t2t.cli.settings_doc > docs/settings.md` after a change."""
     assert (Path(__file__).parent.parent / "docs" / "settings.md").read_text() == settings_doc.render()
 
 

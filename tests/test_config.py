@@ -64,7 +64,7 @@ def test_unknown_config_name_lists_the_known_ones():
 
 
 def test_every_recipe_loads_into_the_training_settings():
-    from t2t.train import TrainConfig
+    from t2t.training.train import TrainConfig
     names = config.config_names("recipes")
     assert {"pretrain", "finetune", "cpu-smoke"} <= set(names)
     for name in names:
@@ -73,7 +73,7 @@ def test_every_recipe_loads_into_the_training_settings():
 
 
 def test_resolved_settings_round_trip():
-    from t2t.train import TrainConfig
+    from t2t.training.train import TrainConfig
     cfg = config.load(TrainConfig, [config.find_config("pretrain", "recipes")], ["seed=3"])
     assert config.from_dict(TrainConfig, config.to_dict(cfg)) == cfg
 
@@ -88,9 +88,9 @@ def test_a_mapping_over_a_preset_name_refines_the_preset():
 def test_model_fields_override_the_preset_from_the_command_line():
     import argparse
 
-    from t2t.cli import resolve
-    from t2t.model import resolve_model_config
-    from t2t.train import TrainConfig
+    from t2t.cli.main import resolve
+    from t2t.models.t5 import resolve_model_config
+    from t2t.training.train import TrainConfig
     args = argparse.Namespace(config=["cpu-smoke"], overrides=["model.num_layers=3", "model.d_ff=96"])
     cfg = resolve(TrainConfig, args, {"model.preset": None})
     model = resolve_model_config(cfg.model)
@@ -105,7 +105,7 @@ def test_model_fields_override_the_preset_from_the_command_line():
     ({"preset": "t5-tin"}, r"no models config 't5-tin'"),
 ])
 def test_bad_model_settings_are_one_sentence(setting, message):
-    from t2t.model import resolve_model_config
+    from t2t.models.t5 import resolve_model_config
     with pytest.raises(T2TError, match=message):
         resolve_model_config(setting)
 
@@ -122,16 +122,16 @@ def test_bad_model_settings_are_one_sentence(setting, message):
     (["--set", "optimizer.adam_betas=[0.9, 1.0]"], "setting optimizer.adam_betas must be in [0, 1)"),
 ])
 def test_out_of_range_training_settings_are_one_sentence_at_resolution(flags, message, capsys):
-    from t2t.cli import train_main
+    from t2t.cli.main import train_main
     assert train_main(["--task", "rte", "--model", "t5-tiny", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
 
 
 def test_settings_built_in_python_are_held_to_the_same_rules():
-    from t2t.evaluate import EvalConfig
-    from t2t.optim import OptimizerConfig
-    from t2t.train import TrainConfig
+    from t2t.evaluation.evaluate import EvalConfig
+    from t2t.training.optim import OptimizerConfig
+    from t2t.training.train import TrainConfig
     with pytest.raises(config.SettingError, match="setting train_steps must be > 0, got -1"):
         TrainConfig(train_steps=-1)
     with pytest.raises(config.SettingError, match="setting learning_rate must be > 0"):
@@ -142,6 +142,6 @@ def test_settings_built_in_python_are_held_to_the_same_rules():
 
 
 def test_eval_settings_are_checked_by_the_cli(capsys):
-    from t2t.cli import eval_main
+    from t2t.cli.main import eval_main
     assert eval_main(["--task", "rte", "--checkpoint", "x", "--batch-size", "-4"]) == 2
     assert capsys.readouterr().err.startswith("error: setting batch_size must be > 0, got -4")

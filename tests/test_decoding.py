@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from t2t import decoding
-from t2t.model import ModelConfig, T5
+from t2t.models import decoding
+from t2t.models.t5 import ModelConfig, T5
 
 pytest.importorskip("transformers")
 from test_model import TINY, hf_pair  # noqa: E402

@@ -6,14 +6,14 @@ import pytest
 
 from t2t.errors import T2TError
 
-from t2t.evaluate import validation_metrics
+from t2t.evaluation.evaluate import validation_metrics
 
 
 def test_in_training_eval_leaves_out_members_dropped_for_missing_train_data(data_dir, t5_vocab_path):
     """QNLI has a local validation split but no train split: a --skip-unavailable run never trained it."""
     import torch
-    from t2t.model import T5, load_model_config
-    from t2t.vocab import SentencePieceVocabulary
+    from t2t.models.t5 import T5, load_model_config
+    from t2t.data.vocab import SentencePieceVocabulary
     torch.manual_seed(0)
     model = T5(load_model_config("t5-tiny"))
     vocab = SentencePieceVocabulary(t5_vocab_path)
@@ -36,8 +36,8 @@ RTE_DEV = "index\tsentence1\tsentence2\tlabel\n0\tIt rains.\tIt is wet.\tentailm
 def small_glue(tmp_path):
     """A data dir with only STS-B and RTE validation files, and a random t5-tiny run saved at step 7."""
     import torch
-    from t2t.checkpoint import save_checkpoint
-    from t2t.model import T5, load_model_config
+    from t2t.checkpoints.native import save_checkpoint
+    from t2t.models.t5 import T5, load_model_config
     from t2t.testing import tiny_vocabulary
     for folder, text in (("STS-B", STSB_DEV), ("RTE", RTE_DEV)):
         (tmp_path / "data" / "glue" / folder).mkdir(parents=True)
@@ -51,14 +51,14 @@ def small_glue(tmp_path):
 
 
 def eval_config(root, name, **fields):
-    from t2t.evaluate import EvalConfig
+    from t2t.evaluation.evaluate import EvalConfig
     from t2t.testing import tiny_vocabulary
     return EvalConfig(mixture=name, checkpoint=str(root / "run"), vocab=str(tiny_vocabulary().path),
                       data_dir=str(root / "data"), batch_size=4, device="cpu", **fields)
 
 
 def test_each_task_writes_its_own_results_stamped_with_the_step(small_glue, capsys):
-    from t2t.evaluate import evaluate
+    from t2t.evaluation.evaluate import evaluate
     evaluate(eval_config(small_glue, "stsb"))
     table = capsys.readouterr().out
     assert "GLUE average" not in table  # one task is reported as that task
@@ -80,7 +80,7 @@ def test_each_task_writes_its_own_results_stamped_with_the_step(small_glue, caps
 
 
 def test_a_mixture_with_missing_members_is_one_error_listing_them_all(small_glue):
-    from t2t.evaluate import evaluate
+    from t2t.evaluation.evaluate import evaluate
     with pytest.raises(T2TError) as error:
         evaluate(eval_config(small_glue, "glue_v002", output_dir=str(small_glue / "never")))
     message = str(error.value)
@@ -92,7 +92,7 @@ def test_a_mixture_with_missing_members_is_one_error_listing_them_all(small_glue
 
 
 def test_a_mixture_summary_lists_this_evaluations_tasks_and_the_average(small_glue, capsys):
-    from t2t.evaluate import evaluate
+    from t2t.evaluation.evaluate import evaluate
     evaluate(eval_config(small_glue, "glue_v002", skip_unavailable=True))
     table = capsys.readouterr().out
     assert "GLUE average over glue_stsb_v002, glue_rte_v002; not evaluated: glue_cola_v002" in table
@@ -106,7 +106,7 @@ def test_a_mixture_summary_lists_this_evaluations_tasks_and_the_average(small_gl
 
 
 def test_an_unwritable_output_dir_stops_before_anything_is_loaded(small_glue):
-    from t2t.evaluate import evaluate
+    from t2t.evaluation.evaluate import evaluate
     (small_glue / "taken").write_text("a file")
     cfg = eval_config(small_glue, "rte", output_dir=str(small_glue / "taken"))
     cfg.checkpoint = str(small_glue / "no-such-run")  # loading it would fail: the output dir is checked first
@@ -117,8 +117,9 @@ def test_an_unwritable_output_dir_stops_before_anything_is_loaded(small_glue):
 def test_all_checkpoints_reports_each_task_at_its_best_step(small_glue, capsys):
     """Three checkpoints of different weights: each is evaluated, and best.json names the best per task."""
     import torch
-    from t2t.checkpoint import load_model, save_checkpoint
-    from t2t.evaluate import evaluate_checkpoints
+    from t2t.checkpoints.native import save_checkpoint
+    from t2t.checkpoints.loading import load_model
+    from t2t.evaluation.evaluate import evaluate_checkpoints
     model = load_model(small_glue / "run")
     for step in (9, 11):
         with torch.no_grad():
@@ -143,7 +144,7 @@ def test_all_checkpoints_reports_each_task_at_its_best_step(small_glue, capsys):
 
 
 def test_all_checkpoints_needs_a_run_dir(tmp_path):
-    from t2t.evaluate import EvalConfig, evaluate_checkpoints
+    from t2t.evaluation.evaluate import EvalConfig, evaluate_checkpoints
     (tmp_path / "empty").mkdir()
     with pytest.raises(T2TError, match="holds no step_\\* checkpoints"):
         evaluate_checkpoints(EvalConfig(mixture="stsb", checkpoint=str(tmp_path / "empty"), all_checkpoints=True))

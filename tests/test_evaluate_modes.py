@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from t2t import checkpoint
-from t2t.cli import eval_main
-from t2t.evaluate import DecodingConfig, evaluate_task, trim_inputs
-from t2t.metrics import accuracy
-from t2t.model import T5, ModelConfig, load_model_config
-from t2t.preprocessors import string_label_to_class_id
+from t2t.checkpoints import native as checkpoint
+from t2t.cli.main import eval_main
+from t2t.evaluation.evaluate import DecodingConfig, evaluate_task, trim_inputs
+from t2t.evaluation.metrics import accuracy
+from t2t.models.t5 import T5, ModelConfig, load_model_config
+from t2t.data.preprocessors import string_label_to_class_id
 from t2t.testing import in_memory_task, tiny_vocabulary
 
 LABELS = ("yes", "no", "maybe so")
@@ -124,6 +124,6 @@ def test_t2t_eval_runs_on_the_local_files(task, split, metric_names, tiny_run, d
 
 
 def test_generated_tokens_count_each_row_up_to_its_first_eos():
-    from t2t.evaluate import generated_tokens
+    from t2t.evaluation.evaluate import generated_tokens
     ids = torch.tensor([[5, 0, 1, 0, 0], [7, 7, 7, 7, 7], [1, 0, 0, 0, 0]])
     assert generated_tokens(ids, eos_id=1) == 3 + 5 + 1

@@ -14,14 +14,16 @@ import torch
 transformers = pytest.importorskip("transformers", reason="export tests load the result with transformers")
 pytest.importorskip("google.protobuf", reason="transformers needs protobuf to read spiece.model")
 
-from t2t import cli, config  # noqa: E402
-from t2t.checkpoint import load_model, save_checkpoint  # noqa: E402
+from t2t import cli  # noqa: E402
+from t2t import config  # noqa: E402
+from t2t.checkpoints.native import save_checkpoint  # noqa: E402
+from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError  # noqa: E402
-from t2t.hf import to_hf  # noqa: E402
-from t2t.model import T5, load_model_config  # noqa: E402
+from t2t.checkpoints.hf import to_hf  # noqa: E402
+from t2t.models.t5 import T5, load_model_config  # noqa: E402
 from t2t.testing import in_memory_task, registered, tiny_vocabulary  # noqa: E402
-from t2t.train import TrainConfig, train  # noqa: E402
-from t2t.vocab import SentencePieceVocabulary  # noqa: E402
+from t2t.training.train import TrainConfig, train  # noqa: E402
+from t2t.data.vocab import SentencePieceVocabulary  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -22,12 +22,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from t2t import checkpoint, config, durable, progress
-from t2t import train as train_module
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t import config
+from t2t.checkpoints import durable
+from t2t.training import progress
+from t2t.training import train as train_module
 from t2t.errors import T2TError
-from t2t.progress import MetricsLog, read_metrics
-from t2t.train import TrainConfig, train
-from t2t.task import TASKS, load_modules
+from t2t.training.progress import MetricsLog, read_metrics
+from t2t.training.train import TrainConfig, train
+from t2t.data.task import TASKS, load_modules
 from t2t.testing import tiny_vocabulary
 from test_checkpoint import logits_of, tiny_model, trained_optimizer
 from test_train import TASK, TINY_MODEL, copy_task_module_text, settings
@@ -103,7 +107,7 @@ def forking_main() -> None:
 
 
 def run_scenario(spec: dict) -> int:
-    from t2t.cli import run_cli
+    from t2t.cli.main import run_cli
 
     if spec.get("stderr"):
         os.dup2(os.open(spec["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), 2)
@@ -248,7 +252,7 @@ def test_flipped_bytes_name_the_newest_checkpoint_that_verifies(straight, tmp_pa
     corrupt = run_dir / checkpoint.checkpoint_name(STEPS)
     flip_bytes(corrupt / "model.safetensors")
     for load in (lambda: train(straight["cfg"](run_dir, train_steps=STEPS + 1)),
-                 lambda: checkpoint.load_model(run_dir)):
+                 lambda: load_model(run_dir)):
         with pytest.raises(T2TError) as e:
             load()
         message = str(e.value)
@@ -257,7 +261,7 @@ def test_flipped_bytes_name_the_newest_checkpoint_that_verifies(straight, tmp_pa
                f"{corrupt.name} out of {run_dir} and run the same command again to resume from step {SAVE_EVERY}" \
                in message, message
         assert "\n" not in message
-    assert checkpoint.load_model(run_dir, verify=False) is not None  # the skip for very large models
+    assert load_model(run_dir, verify=False) is not None  # the skip for very large models
     corrupt.rename(tmp_path / "aside")  # following the advice resumes from step 3 and continues exactly
     resume_and_compare(straight, run_dir)
 
@@ -347,7 +351,7 @@ def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_latest_and_loa
 
     latest = checkpoint.latest_checkpoint(tmp_path)
     assert latest.name == "step_00000100"  # keep_last=1 did not delete it: the new one never landed
-    assert torch.equal(logits_of(checkpoint.load_model(latest)), expected)
+    assert torch.equal(logits_of(load_model(latest)), expected)
     assert checkpoint.load_checkpoint(latest, optimizer=torch.optim.AdamW(tiny_model().parameters()))["step"] == 100
     assert [p.name for p in tmp_path.iterdir()] == ["step_00000100"]  # the temp dir was cleaned up
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from t2t.errors import T2TError
-from t2t.features import (DecoderOnlyLMFeatureConverter, EncDecFeatureConverter, Packer,
+from t2t.data.features import (DecoderOnlyLMFeatureConverter, EncDecFeatureConverter, Packer,
                           PrefixLMFeatureConverter, get_converter)
 
 A = {"inputs": np.array([7, 8, 5, 1]), "targets": np.array([3, 9, 1])}

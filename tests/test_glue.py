@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t2t import metrics
+from t2t.evaluation import metrics
 from t2t.errors import T2TError
-from t2t.preprocessors import stsb_target, string_label_to_class_id, string_to_float
-from t2t.sources import GLUE_SIZES, DataNotFoundError, GlueSource
-from t2t.task import get_mixture, get_task, get_task_or_mixture
+from t2t.data.preprocessors import stsb_target, string_label_to_class_id, string_to_float
+from t2t.data.sources import GLUE_SIZES, DataNotFoundError, GlueSource
+from t2t.data.task import get_mixture, get_task, get_task_or_mixture
 
 N_ROWS = 300
 
 
 # ---------------------------------------------------------------------------------------------- expectations
-# Built here from the TSV columns with T5's documented rules, independently of t2t.preprocessors.
+# Built here from the TSV columns with T5's documented rules, independently of t2t.data.preprocessors.
 
 def _rows(path: Path, header: bool):
     with open(path, encoding="utf-8-sig", newline="") as f:
@@ -118,7 +118,7 @@ def test_local_split_sizes_and_shape(config, folder, data_dir):
 
 
 def test_examples_tokens_and_raw_fields(data_dir, t5_vocab_path):
-    from t2t.vocab import SentencePieceVocabulary
+    from t2t.data.vocab import SentencePieceVocabulary
     vocab = SentencePieceVocabulary(t5_vocab_path)
     examples = get_task("stsb").examples("validation", vocab, data_dir=data_dir)
     first = examples[0]

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from t2t.features import get_converter
-from t2t.model import T5, resolve_model_config
+from t2t.data.features import get_converter
+from t2t.models.t5 import T5, resolve_model_config
 
 A = {"inputs": [5, 6, 1], "targets": [7, 1]}
 B = {"inputs": [8, 1], "targets": [9, 1]}
@@ -41,7 +41,7 @@ def test_auxiliary_lm_loss_equals_a_hand_computation(architecture):
 def test_lm_loss_weight_needs_a_decoder_only_model(tmp_path):
     from t2t.errors import T2TError
     from t2t.testing import tiny_vocabulary
-    from t2t.train import TrainConfig, train
+    from t2t.training.train import TrainConfig, train
     from t2t import config
     cfg = config.from_dict(TrainConfig, {"mixture": "glue_rte_v002", "model": {"preset": "t5-tiny"},
                                          "lm_loss_weight": 0.5, "output_dir": str(tmp_path),
@@ -51,8 +51,8 @@ def test_lm_loss_weight_needs_a_decoder_only_model(tmp_path):
 
 
 def test_gpt_input_transformations_on_the_real_dev_rows(data_dir):
-    from t2t.inspect import show_examples
-    from t2t.task import get_mixture, load_modules
+    from t2t.data.show import show_examples
+    from t2t.data.task import get_mixture, load_modules
     load_modules([])
     rte = next(iter(show_examples("gpt_rte", "validation", 1, with_tokens=False, vocab=None, data_dir=data_dir)))
     assert rte["inputs"] == ("Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer at age 44, "

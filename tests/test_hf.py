@@ -1,4 +1,4 @@
-"""t2t.hf without transformers: which names go to the hub, and what a failed download says.
+"""t2t.checkpoints.hf without transformers: which names go to the hub, and what a failed download says.
 
 (Conversion against transformers' own T5 is tests/test_hf_parity.py.)
 """
@@ -11,7 +11,7 @@ import types
 import pytest
 
 import t2t
-from t2t.checkpoint import load_model
+from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError
 
 huggingface_hub = pytest.importorskip("huggingface_hub")

@@ -19,9 +19,11 @@ transformers = pytest.importorskip(
     "transformers", reason="HF parity tests need transformers (pip install -e '.[hf]' or '.[test]')")
 
 import t2t  # noqa: E402
-from t2t import checkpoint  # noqa: E402
+from t2t.checkpoints import native as checkpoint  # noqa: E402
+from t2t.checkpoints.files import read_safetensors  # noqa: E402
+from t2t.checkpoints.loading import load_model  # noqa: E402
 from t2t.errors import T2TError  # noqa: E402
-from t2t.model import T5, ModelConfig  # noqa: E402
+from t2t.models.t5 import T5, ModelConfig  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -172,7 +174,7 @@ def test_from_hf_hub_id_goes_through_snapshot_download(tmp_path, monkeypatch, st
     enc, dec = batch(seed=14)
     assert_same_logits(t2t_logits(model.eval(), enc, dec), hf_logits(hf, enc, dec), dec)
     # load_model takes hub ids too
-    assert checkpoint.load_model("google/t5-tiny-random").config == model.config
+    assert load_model("google/t5-tiny-random").config == model.config
 
 
 def test_hub_repo_with_only_pytorch_model_bin_is_downloaded_in_a_second_pass(tmp_path, monkeypatch):
@@ -181,7 +183,7 @@ def test_hub_repo_with_only_pytorch_model_bin_is_downloaded_in_a_second_pass(tmp
     hf = random_hf_model("t5_1_0", seed=15)
     folder = tmp_path / "snapshot"
     hf.save_pretrained(folder)
-    state = checkpoint._read_safetensors(folder / "model.safetensors")
+    state = read_safetensors(folder / "model.safetensors")
     (folder / "model.safetensors").unlink()
     torch.save(state, folder / "pytorch_model.bin")
     patterns = []
@@ -260,7 +262,7 @@ def test_round_trip_transformers_to_t2t_to_transformers(tmp_path, style, writer)
     assert_same_logits(hf_logits(load_in_transformers(out), enc, dec), expected, dec)
     # the run format too: an untied lm_head is its own tensor, so safetensors saves it beside the embedding
     checkpoint.save_checkpoint(tmp_path / "run", 1, model)
-    assert_same_logits(t2t_logits(checkpoint.load_model(tmp_path / "run"), enc, dec), expected, dec)
+    assert_same_logits(t2t_logits(load_model(tmp_path / "run"), enc, dec), expected, dec)
 
 
 @pytest.mark.parametrize("style,writer", [case for case in HF_CASES if case[0] in STYLES])
@@ -365,7 +367,7 @@ def test_untied_output_layer_under_a_tied_config(tmp_path):
     hf = random_hf_model("t5_1_0", seed=34)
     hf.save_pretrained(tmp_path / "hf")
     file = tmp_path / "hf" / "model.safetensors"
-    state = checkpoint._read_safetensors(file)
+    state = read_safetensors(file)
     state["lm_head.weight"] = torch.randn(VOCAB, TINY["d_model"])
     save_file(state, str(file))
     with pytest.raises(T2TError) as e:

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from t2t.errors import T2TError
-from t2t.inspect import format_registry_table, registry_table, show_examples
-from t2t.task import Mixture
+from t2t.data.show import format_registry_table, registry_table, show_examples
+from t2t.data.task import Mixture
 from t2t.testing import in_memory_task, registered, tiny_vocabulary
 
 ROWS = [{"question": f"question number {i}", "answer": "yes" if i % 2 else "no"} for i in range(600)]
@@ -76,7 +76,7 @@ def test_registry_table_local_splits(tmp_path):
 
 
 def test_callable_rates_shown_without_reading_data(task):
-    from t2t.mixing import rate_num_examples
+    from t2t.data.mixing import rate_num_examples
     big = in_memory_task("show_big", {"train": ROWS})
     with registered(big, Mixture("show_rates", [("show_big", rate_num_examples(maximum=100))])):
         rows = {r["name"]: r for r in registry_table()}

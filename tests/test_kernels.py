@@ -1,10 +1,10 @@
-"""t2t.kernels: the oneDNN-routed linear layer equals F.linear; CPU dropout keeps 1-p, follows the seed."""
+"""t2t.models.kernels: the oneDNN-routed linear layer equals F.linear; CPU dropout keeps 1-p, follows the seed."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from t2t import kernels
+from t2t.models import kernels
 
 
 def _grads(fn, x, w, grad_out):

@@ -10,7 +10,7 @@ import scipy.stats
 import sklearn.metrics
 from rouge_score import rouge_scorer, scoring
 
-from t2t import metrics
+from t2t.evaluation import metrics
 from t2t.errors import T2TError
 
 # STS-B-like similarity scores (targets from 0-5, predictions as a model's postprocessed floats)

@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 
 from t2t.errors import T2TError
-from t2t.mixing import (MixtureSampler, draw_rng, epoch_permutation, normalize_rates, rate_equal,
+from t2t.data.mixing import (MixtureSampler, draw_rng, epoch_permutation, normalize_rates, rate_equal,
                         rate_num_examples, rate_unsupervised, sampled_counts, stable_hash)
 from t2t.testing import in_memory_task
 

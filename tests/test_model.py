@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from t2t import config as config_lib
 from t2t.errors import T2TError
-from t2t.model import ModelConfig, T5, load_model_config, relative_position_bucket
+from t2t.models.t5 import ModelConfig, T5, load_model_config, relative_position_bucket
 
 transformers = pytest.importorskip("transformers")
 
@@ -19,7 +19,7 @@ TINY = dict(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads
 
 
 def _hf_to_ours(state: dict, tied: bool) -> dict:
-    """Local stand-in for t2t.checkpoint.from_hf: HF key → ours (the table in model.py's docstring)."""
+    """Local stand-in for t2t.checkpoints.native.from_hf: HF key → ours (the table in model.py's docstring)."""
     rules = [
         (r"(encoder|decoder)\.block\.0\.layer\.0\.SelfAttention\.relative_attention_bias", r"\1.relative_attention_bias"),
         (r"\.block\.(\d+)\.layer\.0\.SelfAttention\.", r".blocks.\1.self_attn."),
@@ -59,7 +59,7 @@ def hf_pair(feed_forward_proj="relu", tied=True, seed=0, eos_boost=1.0, tmp_path
 
 def _load_ours(hf, cfg, tmp_path):
     try:
-        from t2t.checkpoint import from_hf
+        from t2t.checkpoints.native import from_hf
     except ImportError:
         from_hf = None
     if from_hf is not None and tmp_path is not None:

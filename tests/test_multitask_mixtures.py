@@ -4,7 +4,7 @@ import pytest
 
 from t2t.mixtures.glue import GLUE_WEIGHT_MAPPING
 from t2t.mixtures.superglue import SUPER_GLUE_WEIGHT_MAPPING
-from t2t.task import get_mixture, get_task, rate_value
+from t2t.data.task import get_mixture, get_task, rate_value
 
 SUPERVISED = (list(GLUE_WEIGHT_MAPPING) + list(SUPER_GLUE_WEIGHT_MAPPING)
               + ["cnn_dailymail_v002", "squad_v010_allanswers", "wmt_t2t_ende_v003", "wmt15_enfr_v003",

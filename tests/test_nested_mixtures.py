@@ -3,9 +3,9 @@
 import pytest
 
 from t2t.errors import T2TError
-from t2t.mixing import rate_num_examples
-from t2t.pipeline import build_train_batches
-from t2t.task import Mixture, get_mixture
+from t2t.data.mixing import rate_num_examples
+from t2t.data.pipeline import build_train_batches
+from t2t.data.task import Mixture, get_mixture
 from t2t.testing import in_memory_task, registered, tiny_vocabulary
 
 

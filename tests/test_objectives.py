@@ -5,7 +5,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from t2t import objectives as ob
+from t2t.data import objectives as ob
 from t2t.errors import T2TError
 
 # Table 3's sentence at word level: ids 3.. for the words, sentinels from the end of a 100-id vocabulary.

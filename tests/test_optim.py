@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from t2t.optim import OptimizerConfig, build_optimizer, build_scheduler, learning_rate_factor
+from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler, learning_rate_factor
 
 
 def test_rsqrt_schedule_is_t5s_inverse_square_root():

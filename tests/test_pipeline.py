@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from t2t import pipeline
+from t2t.data import tokenized
 from t2t.errors import T2TError
-from t2t.pipeline import build_train_batches
-from t2t.sources import GeneratorSource, JsonlFiles
-from t2t.task import Mixture, Task, get_task
+from t2t.data.pipeline import build_train_batches
+from t2t.data.sources import GeneratorSource, JsonlFiles
+from t2t.data.task import Mixture, Task, get_task
 from t2t.testing import in_memory_task, registered, tiny_vocabulary
 
 WORDS = "the harbour town woke slowly on the first cold morning of autumn fishermen pulled their boats".split()
@@ -142,7 +142,7 @@ def test_single_process_state_of_the_per_rank_format_still_loads(vocab, tasks):
     batches = _build(vocab)
     _take(batches, 2)
     state = batches.state_dict()
-    old = {**{k: v for k, v in state.items() if k not in ("sampler", "streams")}, "format": "t2t.pipeline/1",
+    old = {**{k: v for k, v in state.items() if k not in ("sampler", "streams")}, "format": "t2t.data.pipeline/1",
            "world_size": 1, "ranks": {"0": {"sampler": state["sampler"], "streams": state["streams"]}}}
     resumed = _build(vocab)
     resumed.load_state_dict(old)
@@ -162,7 +162,7 @@ def test_trimming_keeps_eos_last_and_warns_once_with_count(vocab, caplog):
     rows = [{"inputs": "word " * 80, "targets": "short"}, {"inputs": "tiny", "targets": "short"},
             {"inputs": "word " * 90, "targets": "short"}]
     with registered(in_memory_task("pipe_long", {"train": rows})):
-        with caplog.at_level(logging.WARNING, logger="t2t.pipeline"):
+        with caplog.at_level(logging.WARNING, logger="t2t.data.pipeline"):
             examples = _build(vocab, "pipe_long", pack=False).next_examples(6)
     warnings = [r.getMessage() for r in caplog.records if "trimmed" in r.getMessage()]
     assert len(warnings) == 1 and "2 of 3 train examples" in warnings[0]
@@ -181,13 +181,13 @@ def test_tokenized_once_across_epochs(vocab, monkeypatch):
         return original(self, texts)
 
     monkeypatch.setattr(type(vocab), "encode_batch", counting)
-    pipeline.clear_cache()
+    tokenized.clear_cache()
     with registered(in_memory_task("pipe_cache", {"train": _rows(10, "delta")})):
         batches = _build(vocab, "pipe_cache", pack=False)
         after_build = len(calls)
         batches.next_examples(35)  # three and a half epochs
         assert len(calls) == after_build == 2  # inputs and targets, one batch call each
-        from t2t.task import get_task
+        from t2t.data.task import get_task
         get_task("pipe_cache").examples("train", vocab)  # evaluation reuses the same cache
         assert len(calls) == 2
 
@@ -200,7 +200,7 @@ def test_missing_members_error_or_skip(vocab, tmp_path, caplog):
     with registered(ok, gone, gone2, mix):
         with pytest.raises(T2TError, match=r"missing for 2 task\(s\) of 'pipe_partial': pipe_gone, pipe_gone2"):
             _build(vocab, "pipe_partial", data_dir=tmp_path)
-        with caplog.at_level(logging.WARNING, logger="t2t.pipeline"):
+        with caplog.at_level(logging.WARNING, logger="t2t.data.pipeline"):
             batches = _build(vocab, "pipe_partial", data_dir=tmp_path, skip_unavailable=True)
         assert batches.rates == {"pipe_ok": 1.0}
         messages = " ".join(r.getMessage() for r in caplog.records)
@@ -231,7 +231,7 @@ def test_streaming_source_in_order_and_resumable(vocab):
 
 
 def test_tokenized_stage_gets_vocab_and_lengths(vocab):
-    from t2t.preprocessors import concat_and_split
+    from t2t.data.preprocessors import concat_and_split
 
     seen = {}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from t2t.errors import T2TError
-from t2t.results import (benchmark_averages, format_table, jsonable, prepare_output_dir, undefined_reasons,
+from t2t.evaluation.results import (benchmark_averages, format_table, jsonable, prepare_output_dir, undefined_reasons,
                          write_atomic)
 
 

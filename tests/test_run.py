@@ -10,20 +10,22 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from t2t import checkpoint, config
-from t2t import run as run_lib
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t import config
+from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
-from t2t.evaluate import EvalConfig, evaluate
-from t2t.task import TASKS
+from t2t.evaluation.evaluate import EvalConfig, evaluate
+from t2t.data.task import TASKS
 from t2t.testing import tiny_vocabulary
-from t2t.train import TrainConfig, train
+from t2t.training.train import TrainConfig, train
 
 TASK = "test_run_copy"
 TINY_MODEL = dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0)
 MODULE = textwrap.dedent(f"""
-    from t2t import metrics
-    from t2t.sources import InMemorySource
-    from t2t.task import Task, register_task
+    from t2t.evaluation import metrics
+    from t2t.data.sources import InMemorySource
+    from t2t.data.task import Task, register_task
     rows = [{{"text": t}} for t in ["the cat sat", "a dog ran", "birds sing", "rain falls", "the sun rises"]]
     register_task(Task(
         name={TASK!r}, source=InMemorySource({{"train": rows, "validation": rows[:3]}}),
@@ -61,7 +63,7 @@ def settings(setup, out, **changes) -> TrainConfig:
 
 
 def run_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "t2t.run"]
+    return [r.getMessage() for r in caplog.records if r.name == "t2t.checkpoints.run"]
 
 
 def forget_sources(setup) -> None:
@@ -99,7 +101,7 @@ def test_a_flag_that_overrides_a_run_setting_says_so_in_one_line(setup, tmp_path
     run = run_lib.open_run(tmp_path / "run")
     other = tmp_path / "other-data"
     other.mkdir()
-    with caplog.at_level(logging.INFO, logger="t2t.run"):
+    with caplog.at_level(logging.INFO, logger="t2t.checkpoints.run"):
         cfg = run_lib.with_run_locations(EvalConfig(data_dir=str(other), vocab=setup.vocab), run)
     assert cfg.data_dir == str(other) and cfg.vocab == run.vocab  # the same vocabulary file is no override
     assert cfg.modules == run.modules
@@ -138,7 +140,7 @@ def test_resume_with_a_different_vocabulary_is_refused(setup, tmp_path):
 
 def test_harmless_changes_go_through_with_a_line(setup, tmp_path, caplog):
     train(settings(setup, tmp_path / "run"))
-    with caplog.at_level(logging.INFO, logger="t2t.run"):
+    with caplog.at_level(logging.INFO, logger="t2t.checkpoints.run"):
         records = train(settings(setup, tmp_path / "run", train_steps=3, log_every=3))
     assert records[-1]["step"] == 3
     assert run_lines(caplog) == ["resuming with log_every 3 (the run had 1)",
@@ -147,7 +149,7 @@ def test_harmless_changes_go_through_with_a_line(setup, tmp_path, caplog):
 
 def test_train_steps_below_the_reached_step_says_so(setup, tmp_path, caplog):
     first = train(settings(setup, tmp_path / "run"))
-    with caplog.at_level(logging.INFO, logger="t2t.train"):
+    with caplog.at_level(logging.INFO, logger="t2t.training.train"):
         again = train(settings(setup, tmp_path / "run", train_steps=1))
     assert again == first
     assert any("already at step 2, at or beyond train_steps 1: nothing to train" in r.getMessage()
@@ -166,7 +168,7 @@ def test_a_trainer_state_without_a_key_is_one_sentence(setup, tmp_path):
 
 def test_a_preset_sizes_its_embedding_from_the_vocabulary(setup, tmp_path):
     train(settings(setup, tmp_path / "run", model="t5-tiny"))
-    model = checkpoint.load_model(tmp_path / "run")
+    model = load_model(tmp_path / "run")
     assert tiny_vocabulary().vocab_size == 484 and model.config.vocab_size == 512
 
 
@@ -197,7 +199,7 @@ def test_evaluating_a_run_with_another_vocabulary_is_an_error(setup, tmp_path):
 
 
 def test_t2t_train_resumes_with_the_runs_settings_when_given_only_the_run(setup, tmp_path, capsys):
-    from t2t.cli import train_main
+    from t2t.cli.main import train_main
     straight = train(settings(setup, tmp_path / "straight", train_steps=4, save_every=4))
     train(settings(setup, tmp_path / "run"))
     forget_sources(setup)
@@ -224,7 +226,7 @@ def evaluated_run(setup, tmp_path):
 
 
 def test_predict_gives_the_predictions_evaluation_scored(setup, tmp_path, capsys):
-    from t2t.cli import predict_main
+    from t2t.cli.main import predict_main
     scored = evaluated_run(setup, tmp_path)
     inputs = tmp_path / "inputs.txt"
     inputs.write_text("".join(r["inputs"] + "\n" for r in scored))
@@ -245,7 +247,7 @@ def test_predict_gives_the_predictions_evaluation_scored(setup, tmp_path, capsys
 
 
 def test_predict_samples_reproducibly_with_a_seed(setup, tmp_path):
-    from t2t.predict import PredictConfig, predict
+    from t2t.evaluation.predict import PredictConfig, predict
     train(settings(setup, tmp_path / "run"))
     lines = ["copy: the cat sat", "copy: a dog ran", "copy: birds sing", "copy: rain falls"]
     run = str(tmp_path / "run")
@@ -274,7 +276,7 @@ def test_settings_added_to_t2t_after_a_run_was_recorded_are_not_differences(tmp_
 
 
 def test_export_of_a_moved_run_ships_the_runs_own_vocabulary(setup, tmp_path):
-    from t2t.cli import export_main
+    from t2t.cli.main import export_main
     train(settings(setup, tmp_path / "run"))
     vocab_bytes = (setup.src / "my.model").read_bytes()
     forget_sources(setup)

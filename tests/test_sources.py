@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from t2t.errors import T2TError
-from t2t.sources import (CsvFiles, DataFiles, DataNotFoundError, DiskDataset, GeneratorSource, GlueSource, HFDataset,
+from t2t.data.sources import (CsvFiles, DataFiles, DataNotFoundError, DiskDataset, GeneratorSource, GlueSource, HFDataset,
                          HubUnreachableError, InMemorySource, JsonlFiles, TextFiles, TsvFiles, read_glue_tsv,
                          resolve_data_dir)
 
@@ -166,7 +166,7 @@ def test_hub_errors_are_told_apart_from_missing_data(monkeypatch, offline):
 # ------------------------------------------------------------------ bad files and folders, named
 
 def test_a_data_dir_that_does_not_exist_is_named(tmp_path, monkeypatch):
-    from t2t.vocab import load_vocabulary
+    from t2t.data.vocab import load_vocabulary
     monkeypatch.delenv("T2T_VOCAB", raising=False)
     with pytest.raises(T2TError, match=f"data dir {tmp_path / 'nope'} \\(--data-dir\\) does not exist"):
         load_vocabulary(data_dir=tmp_path / "nope")

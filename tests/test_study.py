@@ -7,17 +7,17 @@ import textwrap
 
 import pytest
 
-from t2t import checkpoint
-from t2t.cli import study_main
+from t2t.checkpoints import native as checkpoint
+from t2t.cli.main import study_main
 from t2t.errors import T2TError
-from t2t.results import best_checkpoints, task_score
-from t2t.study import StudyConfig, rows
+from t2t.evaluation.results import best_checkpoints, task_score
+from t2t.training.study import StudyConfig, rows
 from t2t.testing import tiny_vocabulary
 
 TASKS_MODULE = textwrap.dedent("""
-    from t2t import metrics
-    from t2t.sources import InMemorySource
-    from t2t.task import Task, register_task
+    from t2t.evaluation import metrics
+    from t2t.data.sources import InMemorySource
+    from t2t.data.task import Task, register_task
     WORDS = "the cat sat on a mat while dogs ran in parks and birds sang songs at dawn".split()
     rows = [{"text": " ".join(WORDS[i:i + 3])} for i in range(len(WORDS) - 3)]
     for name, prefix in (("study_copy", "copy: "), ("study_echo", "echo: ")):
@@ -89,7 +89,7 @@ def test_rows_are_intermediate_tasks_or_methods():
 
 def test_every_study_config_loads_and_its_method_settings_resolve():
     from t2t import config
-    from t2t.train import TrainConfig
+    from t2t.training.train import TrainConfig
     names = config.config_names("studies")
     assert {"sesame-street", "transfer-methods", "multitask-then-finetune"} <= set(names)
     for name in names:

@@ -11,10 +11,10 @@ from collections import Counter
 import pytest
 import sklearn.metrics
 
-from t2t import metrics
+from t2t.evaluation import metrics
 from t2t.errors import T2TError
-from t2t.sources import InMemorySource
-from t2t.task import get_mixture, get_task
+from t2t.data.sources import InMemorySource
+from t2t.data.task import get_mixture, get_task
 from t2t.testing import registered
 
 # ---------------------------------------------------------------------------------------------- real rows
@@ -97,7 +97,7 @@ def test_literal_rows(task, split, row, inputs, targets, data_dir):
 
 
 def test_t2t_show_prints_a_superglue_row(data_dir, capsys):
-    from t2t.cli import show_main
+    from t2t.cli.main import show_main
     assert show_main(["--task", "copa", "--split", "validation", "-n", "1", "--data-dir", str(data_dir)]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "inputs": "copa choice1: The toilet filled with water. choice2: Water flowed from the spout. premise: "
@@ -171,7 +171,7 @@ def test_record_gives_one_example_per_answer():
 
 
 def test_record_training_stream_draws_each_answer_once_per_epoch():
-    from t2t.pipeline import build_train_batches
+    from t2t.data.pipeline import build_train_batches
     from t2t.testing import tiny_vocabulary
     vocab = tiny_vocabulary()
     with registered(_fixture_task("record", RECORD_ROWS, split="train")):
@@ -358,13 +358,13 @@ def test_damaged_official_file_names_file_and_line(tmp_path):
 
 
 def test_missing_local_data_falls_back_to_the_hub_and_says_so(tmp_path):
-    from t2t.sources import DataNotFoundError
+    from t2t.data.sources import DataNotFoundError
     with pytest.raises(DataNotFoundError, match="SuperGLUE ReCoRD"):
         list(get_task("record").text_examples("train", tmp_path))
 
 
 def test_superglue_average_as_t5_counts_it():
-    from t2t.results import benchmark_averages
+    from t2t.evaluation.results import benchmark_averages
     results = {"super_glue_cb_v102": {"mean_3class_f1": 60.0, "accuracy": 80.0},
                "super_glue_multirc_v102": {"f1": 70.0, "exact_match": 20.0},
                "super_glue_copa_v102": {"accuracy": 55.0},
@@ -406,7 +406,7 @@ def test_train_and_evaluate_the_superglue_mixture_end_to_end(data_dir, tmp_path)
 
 
 def test_t2t_tasks_lists_superglue_with_sizes_and_local_splits(data_dir, capsys):
-    from t2t.cli import tasks_main
+    from t2t.cli.main import tasks_main
     assert tasks_main(["--data-dir", str(data_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     for line in ("task     super_glue_cb_v102 (cb)  [train=250, validation=56, test=250]  local: train, validation, "

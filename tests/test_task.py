@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import t2t.task as task_module
+import t2t.data.task as task_module
 from t2t.errors import T2TError
-from t2t.sources import InMemorySource, JsonlFiles
-from t2t.task import (MIXTURES, TASKS, Feature, Mixture, Task, get_mixture, get_task, get_task_or_mixture,
+from t2t.data.sources import InMemorySource, JsonlFiles
+from t2t.data.task import (MIXTURES, TASKS, Feature, Mixture, Task, get_mixture, get_task, get_task_or_mixture,
                       load_modules, member_tasks, register_mixture, register_task)
 from t2t.testing import in_memory_task, registered, tiny_vocabulary
 
@@ -89,8 +89,8 @@ def test_one_to_many_preprocessor_errors():
 
 def test_task_module_does_not_import_the_pipeline():
     import subprocess
-    code = ("import sys, t2t.task; assert 't2t.pipeline' not in sys.modules, 'task imports pipeline'; "
-            "import t2t.tokenized as tk; assert not hasattr(tk, 'get_task')")
+    code = ("import sys, t2t.data.task; assert 't2t.data.pipeline' not in sys.modules, 'task imports pipeline'; "
+            "import t2t.data.tokenized as tk; assert not hasattr(tk, 'get_task')")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -140,7 +140,7 @@ def test_misspelt_builtin_names_suggest_the_right_one():
 
 def test_mixture_members_and_rates():
     a, b = in_memory_task("mix_a", {"train": ROWS}), in_memory_task("mix_b", {"train": ROWS * 3})
-    from t2t.mixing import rate_num_examples
+    from t2t.data.mixing import rate_num_examples
     mixture = Mixture("mix_ab", [("mix_a", 2.0), (b, rate_num_examples())])
     with registered(a, b, mixture):
         assert mixture.rates() == {"mix_a": 2.0, "mix_b": 6.0}
@@ -165,10 +165,10 @@ def test_builtins_are_one_explicit_list_loaded_once():
 
 def test_load_user_module_by_name_and_path(tmp_path, monkeypatch):
     (tmp_path / "pkg_user_tasks.py").write_text(
-        "from t2t.sources import InMemorySource\nfrom t2t.task import Task, register_task\n"
+        "from t2t.data.sources import InMemorySource\nfrom t2t.data.task import Task, register_task\n"
         "register_task(Task('user_mod_task', InMemorySource({'train': [{'inputs': 'a', 'targets': 'b'}]})))\n")
     (tmp_path / "file_tasks.py").write_text(
-        "from t2t.sources import InMemorySource\nfrom t2t.task import Task, register_task\n"
+        "from t2t.data.sources import InMemorySource\nfrom t2t.data.task import Task, register_task\n"
         "register_task(Task('user_file_task', InMemorySource({'train': [{'inputs': 'a', 'targets': 'b'}]})))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
@@ -210,8 +210,8 @@ def custom_task_module(tmp_path):
 
 
 def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
-    from t2t.inspect import show_examples
-    from t2t.pipeline import build_train_batches
+    from t2t.data.show import show_examples
+    from t2t.data.pipeline import build_train_batches
 
     data = tmp_path / "data"
     (data / "sentiment").mkdir(parents=True)

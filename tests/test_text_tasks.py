@@ -9,9 +9,10 @@ import functools
 import numpy as np
 import pytest
 
-from t2t import objectives as ob
-from t2t.sources import DataNotFoundError
-from t2t.task import get_task
+from t2t.data import objectives as ob
+from t2t.data import tokenized
+from t2t.data.sources import DataNotFoundError
+from t2t.data.task import get_task
 from t2t.tasks import c4 as c4_module
 from t2t.tasks.text_files import TextFolderSource, is_documentation, read_text, split_text, text_files_task
 from t2t.testing import tiny_vocabulary
@@ -161,7 +162,7 @@ def test_shared_corpus_reads_every_file(data_dir):
 
 
 def test_shared_corpus_span_corruption_with_t5_vocabulary(data_dir, t5_vocab_path):
-    from t2t.vocab import SentencePieceVocabulary
+    from t2t.data.vocab import SentencePieceVocabulary
 
     vocab = SentencePieceVocabulary(t5_vocab_path)
     task = get_task("corpus_span_corruption")
@@ -217,20 +218,19 @@ def test_c4_is_t5s_span_corruption_over_streamed_allenai_c4(monkeypatch):
 def test_folder_task_through_build_train_batches(folder):
     """Packed 40/12 batches from a folder task: every segment is a span-corrupted chunk that restores to the
     text, the tokens are cached (epoch 2 does not tokenize again) and epoch 2 draws fresh noise."""
-    from t2t import pipeline
-    from t2t.pipeline import build_train_batches
+    from t2t.data.pipeline import build_train_batches
     from t2t.testing import registered
 
     vocab = tiny_vocabulary()
     task = text_files_task("tmp_folder_span_corruption", folder, register=False)
     with registered(task):
-        pipeline.clear_cache()
+        tokenized.clear_cache()
         batches = build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40, target_length=12,
                                       pack=True, seed=3)
         n_chunks = len(batches.streams[task.name].data)
         first = batches.next_examples(n_chunks)
         second = batches.next_examples(n_chunks)  # epoch 2: same chunks, fresh noise, no tokenizing
-        pipeline.clear_cache()
+        tokenized.clear_cache()
         batch = next(iter(build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40,
                                               target_length=12, pack=True, seed=3)))
     chunks_by_text = {}
@@ -250,8 +250,7 @@ def test_folder_task_through_build_train_batches(folder):
 
 
 def test_folder_task_tokenizes_once(folder, monkeypatch):
-    from t2t import pipeline
-    from t2t.pipeline import build_train_batches
+    from t2t.data.pipeline import build_train_batches
     from t2t.testing import registered
 
     vocab = tiny_vocabulary()
@@ -260,21 +259,20 @@ def test_folder_task_tokenizes_once(folder, monkeypatch):
     monkeypatch.setattr(type(vocab), "encode_batch", lambda self, texts: calls.append(1) or original(self, texts))
     task = text_files_task("tmp_folder_once", folder, register=False)
     with registered(task):
-        pipeline.clear_cache()
+        tokenized.clear_cache()
         batches = build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40, target_length=12)
         n_chunks = len(batches.streams[task.name].data)
         after_open = len(calls)
         batches.next_examples(5 * n_chunks)  # five epochs
         assert len(calls) == after_open > 0
-    pipeline.clear_cache()
+    tokenized.clear_cache()
 
 
 def test_shared_corpus_packed_batches(data_dir, t5_vocab_path):
     """corpus_span_corruption on the real corpus with T5's vocabulary: 512/114 packed batches, full chunks
     fill the encoder exactly (one segment per row)."""
-    from t2t import pipeline
-    from t2t.pipeline import build_train_batches
-    from t2t.vocab import SentencePieceVocabulary
+    from t2t.data.pipeline import build_train_batches
+    from t2t.data.vocab import SentencePieceVocabulary
 
     vocab = SentencePieceVocabulary(t5_vocab_path)
     batches = build_train_batches("corpus", vocab=vocab, batch_size=8, input_length=512, target_length=114,
@@ -284,14 +282,13 @@ def test_shared_corpus_packed_batches(data_dir, t5_vocab_path):
     full = batch["encoder_segment_ids"].max(dim=1).values == 1
     assert full.sum() >= 7  # at most the one short final chunk can share a row
     assert bool((batch["encoder_input_tokens"][full] != 0).all()) and bool((batch["decoder_loss_weights"][full] == 1).all())
-    pipeline.clear_cache()
+    tokenized.clear_cache()
 
 
 def test_full_lm_over_a_folder_is_one_decoder_row_of_text(folder):
     """Table 2's LM objective: chunks of target_length - 1 tokens, EOS last, no inputs (not even EOS), so a
     decoder-only row is the start id followed by the text, and the loss covers all of it."""
-    from t2t import pipeline
-    from t2t.pipeline import build_train_batches
+    from t2t.data.pipeline import build_train_batches
     from t2t.testing import registered
 
     vocab = tiny_vocabulary()
@@ -299,7 +296,7 @@ def test_full_lm_over_a_folder_is_one_decoder_row_of_text(folder):
     pieces = chunks(task, vocab, {"inputs": 8, "targets": 16})
     assert all(p["targets"].size == 15 for p in pieces[:-1])
     with registered(task):
-        pipeline.clear_cache()
+        tokenized.clear_cache()
         batch = next(iter(build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=8, target_length=16,
                                               pack=False, seed=0, architecture="decoder_only")))
     texts = {tuple(p["targets"]) for p in pieces}

@@ -10,14 +10,16 @@ import textwrap
 import pytest
 import torch
 
-from t2t import checkpoint, config
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t import config
 from t2t.errors import T2TError
-from t2t.model import resolve_model_config
-from t2t.sources import InMemorySource
-from t2t.progress import ProgressBar
-from t2t.task import TASKS, Task, register_task
+from t2t.models.t5 import resolve_model_config
+from t2t.data.sources import InMemorySource
+from t2t.training.progress import ProgressBar
+from t2t.data.task import TASKS, Task, register_task
 from t2t.testing import tiny_vocabulary
-from t2t.train import TrainConfig, train
+from t2t.training.train import TrainConfig, train
 
 TASK = "test_train_copy"
 TINY_MODEL = dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.1)
@@ -33,9 +35,9 @@ SENTENCES = [
 def copy_task_module_text() -> str:
     """Source of a user module registering the copy task (so torchrun workers register it too)."""
     return textwrap.dedent(f"""
-        from t2t import metrics
-        from t2t.sources import InMemorySource
-        from t2t.task import Task, register_task
+        from t2t.evaluation import metrics
+        from t2t.data.sources import InMemorySource
+        from t2t.data.task import Task, register_task
         SENTENCES = {SENTENCES!r}
         rows = [{{"text": s, "idx": i}} for i, s in enumerate(SENTENCES)]
         register_task(Task(
@@ -112,7 +114,7 @@ def test_bf16_trains_on_the_cpu_close_to_fp32(copy_task, tmp_path):
 
 
 def test_evaluation_during_training_decodes_in_the_run_precision(copy_task, tmp_path, monkeypatch):
-    from t2t import evaluate
+    from t2t.evaluation import evaluate
     seen = []
     real = evaluate.evaluate_task
     monkeypatch.setattr(evaluate, "evaluate_task", lambda *a, **kw: seen.append(kw["precision"]) or real(*a, **kw))
@@ -136,9 +138,9 @@ def test_gradient_accumulation_matches_one_big_batch(copy_task, tmp_path):
 def test_fsdp_shards_every_block_as_its_own_unit():
     from torch.distributed.fsdp import FSDPModule
 
-    from t2t import distributed
-    from t2t.model import T5, Block, ModelConfig
-    from t2t.train import TrainingObjective
+    from t2t.models import distributed
+    from t2t.models.t5 import T5, Block, ModelConfig
+    from t2t.training.train import TrainingObjective
     torch.distributed.init_process_group("gloo", rank=0, world_size=1, store=torch.distributed.HashStore())
     try:
         wrapped = distributed.wrap_model(TrainingObjective(T5(ModelConfig(**TINY_MODEL))), "fsdp",
@@ -172,8 +174,8 @@ def test_two_processes_match_one(copy_task, tmp_path, parallelism, grad_accum, s
         assert run.stdout.count("done: step") == 1, run.stdout  # printed by rank 0 only
     two = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert losses(two) == pytest.approx(losses(one), rel=1e-5)
-    final_two = checkpoint.load_model(tmp_path / "two").state_dict()
-    final_one = checkpoint.load_model(tmp_path / "one").state_dict()
+    final_two = load_model(tmp_path / "two").state_dict()
+    final_one = load_model(tmp_path / "one").state_dict()
     assert final_two.keys() == final_one.keys()
     for key in final_one:  # AdamW divides by √v: rounding in a tiny gradient can move a weight by ~1e-4
         torch.testing.assert_close(final_two[key], final_one[key], rtol=1e-3, atol=2e-4)
@@ -184,8 +186,8 @@ def test_model_field_overrides_are_recorded_and_load_back(copy_task, tmp_path):
     train(settings(copy_task, run, model={"preset": copy_task["model"], "num_layers": 1}, train_steps=1))
     saved = checkpoint.read_settings(checkpoint.latest_checkpoint(run))
     assert saved["model"]["num_layers"] == 1 and saved["model"]["d_model"] == TINY_MODEL["d_model"]
-    assert checkpoint.load_model(run).config == resolve_model_config(saved["model"])
-    assert checkpoint.load_model(run).config.num_layers == 1
+    assert load_model(run).config == resolve_model_config(saved["model"])
+    assert load_model(run).config.num_layers == 1
 
 
 def test_model_fields_must_match_the_init_from_weights(copy_task, tmp_path):

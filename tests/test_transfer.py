@@ -7,12 +7,15 @@ import torch
 
 import t2t
 
-from t2t import checkpoint, config, metrics
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t import config
+from t2t.evaluation import metrics
 from t2t.errors import T2TError
-from t2t.model import T5, ModelConfig
+from t2t.models.t5 import T5, ModelConfig
 from t2t.testing import in_memory_task, registered, tiny_vocabulary
-from t2t.train import TrainConfig, train
-from t2t.transfer import TransferConfig, prepare_transfer
+from t2t.training.train import TrainConfig, train
+from t2t.training.transfer import TransferConfig, prepare_transfer
 
 TASK = "test_transfer_copy"
 TINY = dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=3, num_decoder_layers=2, num_heads=4,
@@ -42,7 +45,7 @@ def run(tmp_path, name, steps=6, save_every=None, init_from=None, **transfer) ->
 
 
 def weights(path) -> dict[str, torch.Tensor]:
-    return checkpoint.load_model(path).state_dict()
+    return load_model(path).state_dict()
 
 
 def tiny_model(**changes) -> T5:
@@ -83,9 +86,9 @@ def test_trained_only_checkpoint_is_small_loads_complete_and_resumes(copy_task):
     size = lambda name: (checkpoint.latest_checkpoint(copy_task / name) / "model.safetensors").stat().st_size
     assert size("slim") < 0.2 * size("full")
     tokens = torch.randint(3, 500, (2, 7))
-    slim_model, full_model = checkpoint.load_model(copy_task / "slim"), checkpoint.load_model(copy_task / "full")
+    slim_model, full_model = load_model(copy_task / "slim"), load_model(copy_task / "full")
     assert torch.equal(slim_model(tokens, tokens), full_model(tokens, tokens))
-    on_base = checkpoint.load_model(base)  # load_checkpoint fills a model holding the base with the rest
+    on_base = load_model(base)  # load_checkpoint fills a model holding the base with the rest
     prepare_transfer(on_base, TransferConfig(adapter_dim=4), train_steps=4)
     checkpoint.load_checkpoint(copy_task / "slim", model=on_base)
     on_base.requires_grad_(True)  # as the loaded models: frozen weights would pick other CPU kernels
@@ -108,7 +111,7 @@ def test_trained_only_checkpoint_names_a_missing_base(copy_task):
     run(copy_task, "slim", steps=2, init_from=str(copy_task / "base"), adapter_dim=4, save_trained_only=True)
     (copy_task / "base").rename(copy_task / "moved")
     with pytest.raises(T2TError, match="holds only trained parameters and its base .* is gone"):
-        checkpoint.load_model(copy_task / "slim")
+        load_model(copy_task / "slim")
 
 
 def test_adapter_starts_near_identity():
@@ -206,7 +209,7 @@ def test_training_evaluates_another_mixture_on_its_schedule(copy_task):
 
 
 def test_a_chain_of_runs_records_its_lineage(copy_task):
-    from t2t.run import read_lineage
+    from t2t.checkpoints.run import read_lineage
     run(copy_task, "base", steps=2)
     run(copy_task, "middle", steps=2, init_from=str(copy_task / "base"))
     run(copy_task, "target", steps=2, init_from=str(copy_task / "middle"))

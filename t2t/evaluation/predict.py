@@ -3,7 +3,7 @@
 Inputs are strings, or with a task the raw fields of one example each (a JSON object), which go through
 the task's text preprocessors to make its ``inputs`` string. Either way the string is tokenized as the
 task pipeline does (EOS appended), cut to ``input_length`` and decoded as evaluation does
-(t2t.evaluate.trim_inputs, decode_in_batches), so the strings predicted for a task's examples are the ones
+(t2t.evaluation.evaluate.trim_inputs, decode_in_batches), so the strings predicted for a task's examples are the ones
 ``t2t-eval`` scores.
 """
 
@@ -15,11 +15,11 @@ from typing import Iterable, Literal
 
 import numpy as np
 
-from t2t import distributed
+from t2t.models import distributed
 from t2t.errors import T2TError
-from t2t.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, trim_inputs,
+from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, trim_inputs,
                           with_run_settings)
-from t2t.task import Task, get_task_or_mixture, load_modules
+from t2t.data.task import Task, get_task_or_mixture, load_modules
 
 DEFAULT_MAX_LENGTH = 128  # decoded tokens when neither --max-length nor the run's target_length says
 
@@ -82,6 +82,6 @@ def max_length(cfg: PredictConfig) -> int:
     """--max-length, else the run's target length, else DEFAULT_MAX_LENGTH."""
     if cfg.max_length:
         return cfg.max_length
-    from t2t.run import find_run
+    from t2t.checkpoints.run import find_run
     run = find_run(cfg.checkpoint)
     return (run.settings.get("target_length") if run else None) or DEFAULT_MAX_LENGTH

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from t2t.checkpoint import _assign_weights, _check_state_dict, _expected_shapes, _first_line
+from t2t.checkpoints.files import assign_weights, check_state_dict, error_summary, expected_shapes
 from t2t.errors import T2TError
-from t2t.model import T5, ModelConfig
+from t2t.models.t5 import T5, ModelConfig
 
 
 _T5X_LAYER = {  # t5x module path inside a layer → ours (kernels are [in, out]: transposed)
@@ -51,7 +51,7 @@ def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
         params = tree["optimizer"]["target"]
     except Exception as e:  # msgpack's own errors, a missing key, a dtype numpy does not know …
         raise T2TError(f"t5x checkpoint {file} cannot be decoded as a Flax msgpack checkpoint with "
-                       f"optimizer.target ({type(e).__name__}: {_first_line(e)}); the file is corrupt or in "
+                       f"optimizer.target ({type(e).__name__}: {error_summary(e)}); the file is corrupt or in "
                        f"another format.") from None
     flat = _flatten_t5x(params, file)
     weights = {}
@@ -63,8 +63,8 @@ def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
         weights[key] = value.T.contiguous() if name.endswith(("/kernel", "/rel_embedding")) else value
     cfg = _t5x_config(weights, file, dropout_rate)
     model = T5.from_config(cfg, device="meta")
-    _check_state_dict(weights, _expected_shapes(model), file, "the architecture read off its shapes")
-    return _assign_weights(model, weights)
+    check_state_dict(weights, expected_shapes(model), file, "the architecture read off its shapes")
+    return assign_weights(model, weights)
 
 
 def _t5x_ext_hook(code: int, data: bytes):

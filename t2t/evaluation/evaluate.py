@@ -2,7 +2,7 @@
 
 Predictions and targets are postprocessed the same way seqio does (``postprocess_fn(text, example,
 is_target)``), so numbers compare with the ``t5`` library's. What is reported and written (the table,
-the result files, the paper's benchmark averages) is ``t2t.results``.
+the result files, the paper's benchmark averages) is ``t2t.evaluation.results``.
 
 Inputs longer than ``input_length`` tokens (512, as T5 evaluates) are cut the way seqio trims them (EOS kept
 last) and counted. Predictions come from greedy/beam decoding, or with ``rank_classification`` from scoring
@@ -24,11 +24,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from t2t import checkpoint, config, distributed, durable, kernels, progress, results
-from t2t import run as run_lib
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t import config
+from t2t.models import distributed
+from t2t.checkpoints import durable
+from t2t.models import kernels
+from t2t.terminal import on_terminal
+from t2t.evaluation import results
+from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
-from t2t.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
-from t2t.vocab import load_vocabulary
+from t2t.data.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
+from t2t.data.vocab import load_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +74,7 @@ class EvalConfig(DecodingConfig):
 
 
 def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
-    """Evaluate every task of ``cfg.mixture`` that has metrics; print a table, write results (t2t.results)."""
+    """Evaluate every task of ``cfg.mixture`` that has metrics; print a table, write results (t2t.evaluation.results)."""
     if not cfg.mixture:
         raise T2TError("no task or mixture given; pass --task NAME or --mixture NAME (see t2t-tasks).")
     if not cfg.checkpoint:
@@ -167,7 +174,7 @@ def with_run_settings(cfg):
 def load_model_and_vocabulary(checkpoint_path: str, vocab_path: str | None, data_dir: str | None):
     """The model at ``checkpoint_path`` and the vocabulary, checked to fit its embedding."""
     vocab = load_vocabulary(vocab_path, data_dir=data_dir)
-    model = checkpoint.load_model(checkpoint_path)
+    model = load_model(checkpoint_path)
     run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"the model {checkpoint_path}")
     return model, vocab
 
@@ -275,7 +282,7 @@ def length_batches(rows: list, batch_size: int, desc: str):
     """Index batches of ``rows`` grouped by length (less padding), with a progress bar on the main process."""
     order = np.argsort([len(x) for x in rows], kind="stable")
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False,
-                      disable=not (distributed.is_main() and progress.on_terminal())):
+                      disable=not (distributed.is_main() and on_terminal())):
         yield order[start:start + batch_size]
 
 

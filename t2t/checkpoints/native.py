@@ -4,7 +4,7 @@ Our format (one directory per saved step, inside a run directory)::
 
     runs/x/step_00000100/
         model.safetensors     the model's state dict (the tied embedding is one tensor: ``lm_head`` only
-                              exists in untied configs, see t2t.model)
+                              exists in untied configs, see t2t.models.t5)
         config.json           the ModelConfig
         optimizer.pt          the optimizer's state dict (``torch.load(weights_only=True)``)
         trainer_state.json    whatever JSON-able state the trainer passes (step, scheduler, data stream …)
@@ -35,24 +35,24 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import io
 import os
 import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 import yaml
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
-from t2t import durable
+from t2t.checkpoints import durable
 from t2t.errors import T2TError
-from t2t.model import T5, ModelConfig, add_adapters
+from t2t.checkpoints.files import (check_state_dict, error_summary, expected_shapes, read_json, read_safetensors,
+                                   torch_load, write_text, write_torch, write_with)
+from t2t.models.t5 import T5
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ BASE_FILE = "base.json"  # a checkpoint of trained parameters only: the model it
 REQUIRED_FILES = (MODEL_FILE, CONFIG_FILE, TRAINER_STATE_FILE)
 
 _STEP_DIR = re.compile(r"^(?:\.old-)?step_(\d{8,})$")
-_TMP_PREFIX = ".tmp-"
+TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"  # being deleted
 _OLD_PREFIX = ".old-"  # a complete checkpoint moved aside while the same step is saved again
 
@@ -101,22 +101,22 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_s
         optimizer_state = optimizer.state_dict()
     run_dir = Path(run_dir)
     final = run_dir / checkpoint_name(step)
-    tmp = run_dir / f"{_TMP_PREFIX}{final.name}"
+    tmp = run_dir / f"{TMP_PREFIX}{final.name}"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         _clean_up_interrupted_saves(run_dir)
         tmp.mkdir()  # the user's umask applies (tempfile.mkdtemp would make it 0700)
         _write_model_files(tmp, model, model_state)
         state = {"step": step, **dict(trainer_state or {})}
-        _write_text(tmp / TRAINER_STATE_FILE, json.dumps(state, indent=2, sort_keys=True))
+        write_text(tmp / TRAINER_STATE_FILE, json.dumps(state, indent=2, sort_keys=True))
         if optimizer_state is not None:
-            _write_torch(tmp / OPTIMIZER_FILE, optimizer_state)
+            write_torch(tmp / OPTIMIZER_FILE, optimizer_state)
         if save_rng:
-            _write_torch(tmp / RNG_FILE, get_rng_state())
+            write_torch(tmp / RNG_FILE, get_rng_state())
         if settings is not None:
-            _write_text(tmp / SETTINGS_FILE, yaml.safe_dump(_plain(settings), sort_keys=False))
+            write_text(tmp / SETTINGS_FILE, yaml.safe_dump(_plain(settings), sort_keys=False))
         if base is not None:
-            _write_text(tmp / BASE_FILE, json.dumps({"base": base}, indent=2))
+            write_text(tmp / BASE_FILE, json.dumps({"base": base}, indent=2))
         _write_checksums(tmp)
         durable.fsync_dir(tmp)
         _publish(tmp, final)
@@ -162,45 +162,19 @@ def _write_model_files(folder: Path, model: T5, state: Mapping | None = None) ->
     """model.safetensors + config.json (the model's own part of a checkpoint)."""
     state = model.state_dict() if state is None else state
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-    _write_file(folder / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
-    _write_text(folder / CONFIG_FILE, json.dumps(config_lib.to_dict(model.config), indent=2))
-
-
-def _write_text(path: Path, text: str) -> None:
-    durable.write_file(path, text.encode())
-
-
-def _write_torch(path: Path, obj: Any) -> None:
-    """``torch.save`` through memory: torch's own file writer hides the reason of a failed write (EFBIG …)."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    durable.write_file(path, buffer.getbuffer())
-
-
-def _write_file(path: Path, write: Callable[[str], Any]) -> None:
-    """``write(path)``, then the user's file mode and an fsync, so that a later rename publishes complete
-    contents; a failed write is an OSError (safetensors raises its own error type)."""
-    try:
-        write(str(path))
-    except Exception as e:
-        error = durable.os_error_of(e)
-        if error is None:
-            raise
-        raise error from None
-    os.chmod(path, durable.user_mode())  # safetensors creates its files 0600
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
+    write_with(folder / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
+    write_text(folder / CONFIG_FILE, json.dumps(config_lib.to_dict(model.config), indent=2))
 
 
 def _write_checksums(folder: Path) -> None:
     checksums = {path.name: durable.sha256_of(path) for path in folder.iterdir()}
-    _write_text(folder / durable.CHECKSUMS_FILE, durable.format_checksums(checksums))
+    write_text(folder / durable.CHECKSUMS_FILE, durable.format_checksums(checksums))
 
 
 def _clean_up_interrupted_saves(run_dir: Path) -> None:
     """Leftovers of a save that was killed (the output dir is locked, so none is in progress now): temp and
     trash folders go; an ``.old-step_…`` goes back to its name unless the new copy made it."""
-    for path in run_dir.glob(f"{_TMP_PREFIX}step_*"):
+    for path in run_dir.glob(f"{TMP_PREFIX}step_*"):
         shutil.rmtree(path, ignore_errors=True)
     for path in run_dir.glob(f"{_TRASH_PREFIX}step_*"):
         shutil.rmtree(path, ignore_errors=True)
@@ -217,7 +191,7 @@ def base_reference(init_from: str, resumed_from: Path | None = None) -> str:
     ``resumed_from``, when resuming one), else a run dir's current latest checkpoint (so that training the
     base further does not change it) or a folder as an absolute path; a hub id as it is."""
     if resumed_from is not None and (resumed_from / BASE_FILE).is_file():
-        return _read_json(resumed_from / BASE_FILE, "base reference")["base"]
+        return read_json(resumed_from / BASE_FILE, "base reference")["base"]
     path = Path(init_from)
     if not path.is_dir():
         return init_from
@@ -287,22 +261,22 @@ def load_checkpoint(path: str | os.PathLike, model: T5 | None = None,
     if verify:
         verify_checkpoint(path, [TRAINER_STATE_FILE] + [MODEL_FILE, BASE_FILE] * (model is not None)
                           + [OPTIMIZER_FILE] * (optimizer is not None) + [RNG_FILE] * restore_rng)
-    state = _read_json(path / TRAINER_STATE_FILE, "trainer state")
+    state = read_json(path / TRAINER_STATE_FILE, "trainer state")
     if model is not None:
-        weights = _read_safetensors(path / MODEL_FILE)
+        weights = read_safetensors(path / MODEL_FILE)
         partial = (path / BASE_FILE).is_file()  # the rest of the model is the base it was built from
-        _check_state_dict(weights, _expected_shapes(model), path / MODEL_FILE, "the model", partial)
+        check_state_dict(weights, expected_shapes(model), path / MODEL_FILE, "the model", partial)
         model.load_state_dict(weights, strict=not partial)
     if optimizer is not None:
         opt_path = path / OPTIMIZER_FILE
-        opt_state = _torch_load(opt_path, "optimizer state")
+        opt_state = torch_load(opt_path, "optimizer state")
         try:
             optimizer.load_state_dict(opt_state)
         except (ValueError, KeyError, RuntimeError, TypeError) as e:
-            raise T2TError(f"optimizer state {opt_path} does not fit this optimizer ({_first_line(e)}); "
+            raise T2TError(f"optimizer state {opt_path} does not fit this optimizer ({error_summary(e)}); "
                            f"resume with the same optimizer settings or start a new run dir.") from None
     if restore_rng and (path / RNG_FILE).is_file():
-        set_rng_state(_torch_load(path / RNG_FILE, "RNG state"), path / RNG_FILE)
+        set_rng_state(torch_load(path / RNG_FILE, "RNG state"), path / RNG_FILE)
     return state
 
 
@@ -311,7 +285,7 @@ def read_optimizer_state(path: str | os.PathLike, verify: bool = True) -> dict:
     path = _resolve_checkpoint_dir(Path(path))
     if verify:
         verify_checkpoint(path, [OPTIMIZER_FILE])
-    return _torch_load(path / OPTIMIZER_FILE, "optimizer state")
+    return torch_load(path / OPTIMIZER_FILE, "optimizer state")
 
 
 def read_settings(path: str | os.PathLike) -> dict | None:
@@ -369,28 +343,6 @@ def _step_of(path: Path) -> int:
     return int(match[1]) if match else -1
 
 
-def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
-    """A model from one of our checkpoints, a run dir (its latest checkpoint), a Hugging Face T5 folder,
-    or a Hugging Face hub id. ``verify`` checks our checkpoints' files against their checksums."""
-    from t2t import hf  # imported here: t2t.hf reads its files with this module's readers
-
-    path = Path(path_or_id)
-    if path.is_dir():
-        if (path / CONFIG_FILE).is_file():
-            if "model_type" in _read_json(path / CONFIG_FILE, "model config"):
-                return hf._from_hf_folder(path)
-            return _load_native_model(path, verify)
-        latest = latest_checkpoint(path)
-        if latest is not None:
-            return _load_native_model(latest, verify)
-        raise T2TError(f"{path} is neither a t2t checkpoint, a run dir with checkpoints, nor a Hugging Face "
-                       f"T5 folder (it has no config.json and no step_* checkpoint).")
-    if path.exists():
-        raise T2TError(f"{path} is a file; pass a checkpoint folder, a run dir, a Hugging Face T5 folder or "
-                       f"a hub id.")
-    return hf._from_hf_folder(hf._download_from_hub(str(path_or_id)))
-
-
 def is_checkpoint_dir(path: str | os.PathLike) -> bool:
     """Whether ``path`` is one checkpoint (a step_* folder), not a run dir holding them."""
     path = Path(path)
@@ -408,131 +360,7 @@ def _resolve_checkpoint_dir(path: Path) -> Path:
     return latest
 
 
-def _load_native_model(path: Path, verify: bool = True) -> T5:
-    if verify:
-        verify_checkpoint(path, [CONFIG_FILE, MODEL_FILE, BASE_FILE])
-    cfg = _read_model_config(path / CONFIG_FILE)
-    weights = _read_safetensors(path / MODEL_FILE)
-    if (path / BASE_FILE).is_file():
-        return _load_on_base(path, cfg, weights)
-    model = T5.from_config(cfg, device="meta")
-    _check_state_dict(weights, _expected_shapes(model), path / MODEL_FILE, "its config")
-    return _assign_weights(model, weights)
-
-
-def _load_on_base(path: Path, cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> T5:
-    """A trained-only checkpoint: its base model, given adapters if it has them, then its tensors."""
-    base = _read_json(path / BASE_FILE, "base reference")["base"]
-    if not Path(base).exists() and Path(base).is_absolute():
-        raise T2TError(f"checkpoint {path} holds only trained parameters and its base {base} is gone; put the "
-                       f"base back at that path (or edit {path / BASE_FILE}).")
-    model = load_model(base)
-    if cfg.adapter_dim and not model.config.adapter_dim:
-        add_adapters(model, cfg.adapter_dim)
-    if _shape(model.config) != _shape(cfg):
-        raise T2TError(f"checkpoint {path} was trained from a base of another shape than {base}; restore "
-                       f"that base or pass a complete checkpoint.")
-    _check_state_dict(weights, _expected_shapes(model), path / MODEL_FILE, f"its base {base}", partial=True)
-    model.load_state_dict(weights, strict=False)
-    return model
-
-
-def _shape(cfg: ModelConfig) -> dict:
-    """A model config without its dropout rate, which a fine-tuning run may change."""
-    return {k: v for k, v in config_lib.to_dict(cfg).items() if k != "dropout_rate"}
-
-
-def _read_model_config(path: Path) -> ModelConfig:
-    data = _read_json(path, "model config")
-    try:
-        return config_lib.from_dict(ModelConfig, data)
-    except T2TError as e:
-        raise T2TError(f"model config {path} is invalid: {str(e).rstrip('.')}.") from None
-
-
-def _assign_weights(model: T5, weights: dict[str, torch.Tensor]) -> T5:
-    """Give a meta-device model the (checked) weights, as float32 tensors."""
-    dtype = torch.get_default_dtype()
-    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, assign=True)
-    return model
-
-
-def _expected_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
-
-
-def _check_state_dict(weights: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int, ...]],
-                      file: Path, against: str, partial: bool = False) -> None:
-    """One T2TError listing missing (unless ``partial``) / unexpected keys and wrong shapes."""
-    problems = [f"{k} has shape {list(weights[k].shape)}, expected {list(shape)}"
-                for k, shape in expected.items() if k in weights and tuple(weights[k].shape) != shape]
-    problems += [] if partial else [f"{k} is missing" for k in expected if k not in weights]
-    problems += [f"{k} is unexpected" for k in weights if k not in expected]
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise T2TError(f"checkpoint {file} does not match {against}: {shown}.")
-
-
 # -- reading files, every failure a T2TError naming the file -----------------------------------------------
-
-
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise T2TError(f"cannot read {what} {path}: {e.strerror or e}; check that the checkpoint is complete.") from None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise T2TError(f"{what} {path} is not valid JSON ({_first_line(e)}); the file is corrupt.") from None
-    if not isinstance(data, dict):
-        raise T2TError(f"{what} {path} must hold a JSON object, not {type(data).__name__}; the file is corrupt.")
-    return data
-
-
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise T2TError(f"weights file {path} is missing; the checkpoint is incomplete.")
-    try:
-        tensors = {}
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
-                tensors[key] = f.get_tensor(key)
-        return tensors
-    except Exception as e:  # safetensors raises its own error types (and OSError) for damaged files
-        raise T2TError(f"weights file {path} cannot be read as safetensors ({_first_line(e)}); the file is "
-                       f"truncated or corrupt, save or download it again.") from None
-
-
-# What torch's weights-only unpickler says when a pickle names a function or class (wordings of torch 2.4-2.13:
-# "Unsupported global: GLOBAL m.f was not an allowed global", "Trying to load unsupported GLOBAL posix.system
-# whose module posix is blocked", "Trying to call reduce for unrecognized function f", "Can only build ...").
-_CODE_REFERENCE = re.compile(r"GLOBAL ([\w.]+)|unrecognized function ([^\s]+)|Can only (?:build|create new object)")
-
-
-def _torch_load(path: Path, what: str) -> Any:
-    """``torch.load(weights_only=True)``: tensors and plain containers only, never code."""
-    if not path.is_file():
-        raise T2TError(f"{what} file {path} is missing; the checkpoint is incomplete.")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # UnpicklingError for disallowed objects, RuntimeError/EOFError for damage
-        found = _CODE_REFERENCE.search(str(e))
-        if found:
-            culprit = found[1] or found[2]
-            raise T2TError(f"{what} file {path} refers to Python code{f' ({culprit})' if culprit else ''} "
-                           f"besides tensors and plain containers and was not loaded (t2t never unpickles code); "
-                           f"re-save it as a plain state dict or use a checkpoint from a trusted source.") from None
-        reason = re.search(r"WeightsUnpickler error: \s*(.+)", str(e))
-        reason = reason[1].splitlines()[0].strip().rstrip(".") if reason else _first_line(e)
-        raise T2TError(f"{what} file {path} cannot be read ({reason}); the file is truncated or "
-                       f"corrupt.") from None
-
-
-def _first_line(e: BaseException) -> str:
-    """The first sentence of an exception's message (reasons are quoted inside our one sentence)."""
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0].split(". ")[0].rstrip(".")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -564,20 +392,20 @@ def set_rng_state(state: dict, path: Path | str = RNG_FILE) -> None:
         p = state["python"]
         random.setstate((p["version"], tuple(int(x) for x in p["state"].tolist()), p["gauss_next"]))
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-        raise T2TError(f"RNG state file {path} is malformed ({_first_line(e)}); delete it to resume without "
+        raise T2TError(f"RNG state file {path} is malformed ({error_summary(e)}); delete it to resume without "
                        f"restoring random states.") from None
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Names that lived here before the conversions got their own modules (t2t.checkpoint.from_hf keeps working)
+# Names that lived here before the conversions got their own modules (t2t.checkpoints.native.from_hf keeps working)
 
-_MOVED = {"from_hf": "t2t.hf", "to_hf": "t2t.hf", "hf_key": "t2t.hf", "model_config_from_hf": "t2t.hf",
-          "model_config_to_hf": "t2t.hf", "HF_MODEL_TYPES": "t2t.hf", "from_t5x": "t2t.t5x"}
+_MOVED = {"from_hf": "t2t.checkpoints.hf", "to_hf": "t2t.checkpoints.hf", "hf_key": "t2t.checkpoints.hf", "model_config_from_hf": "t2t.checkpoints.hf",
+          "model_config_to_hf": "t2t.checkpoints.hf", "HF_MODEL_TYPES": "t2t.checkpoints.hf", "from_t5x": "t2t.checkpoints.t5x"}
 
 
 def __getattr__(name: str):
     if name in _MOVED:
         return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 't2t.checkpoint' has no attribute {name!r}")
+    raise AttributeError(f"module 't2t.checkpoints.native' has no attribute {name!r}")

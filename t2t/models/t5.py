@@ -27,8 +27,8 @@ The relative attention bias is stored once per stack (HF keeps it in block 0 of 
 of the stack uses it. All weights are [out_features, in_features] as in ``nn.Linear`` / HF.
 
 Surface used by the rest of t2t: ``T5(cfg)``, ``forward`` → logits, ``loss_sums(batch)`` (the trainer's
-fast path), ``generate`` / ``score`` (thin wrappers over :mod:`t2t.decoding`), ``encode``,
-``init_cache`` / ``decode_step`` (used by :mod:`t2t.decoding`), ``num_parameters``.
+fast path), ``generate`` / ``score`` (thin wrappers over :mod:`t2t.models.decoding`), ``encode``,
+``init_cache`` / ``decode_step`` (used by :mod:`t2t.models.decoding`), ``num_parameters``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from torch import nn
 
 from t2t import config as config_lib
 from t2t.errors import T2TError
-from t2t.kernels import Dropout, Linear, attention, linear
+from t2t.models.kernels import Dropout, Linear, attention, linear
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -601,17 +601,17 @@ class T5(nn.Module):
         return (ce * weights[keep]).sum(), task_weight
 
     def generate(self, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, **kwargs) -> torch.Tensor:
-        """Decoded ids [B, ≤max_new_tokens] (greedy by default); see :func:`t2t.decoding.generate`.
+        """Decoded ids [B, ≤max_new_tokens] (greedy by default); see :func:`t2t.models.decoding.generate`.
         Decoder-only models continue ``[start] + inputs`` (the inputs are their prefix)."""
-        from t2t import decoding
+        from t2t.models import decoding
         return decoding.generate(self, encoder_input_tokens, max_new_tokens=max_new_tokens, **kwargs)
 
     def score(self, encoder_input_tokens: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
-        """[B] sum of target-token log-probabilities (0 = padding, ignored); see :func:`t2t.decoding.score`."""
-        from t2t import decoding
+        """[B] sum of target-token log-probabilities (0 = padding, ignored); see :func:`t2t.models.decoding.score`."""
+        from t2t.models import decoding
         return decoding.score(self, encoder_input_tokens, target_tokens)
 
-    # -- incremental decoding (used by t2t.decoding) -------------------------------------------------------
+    # -- incremental decoding (used by t2t.models.decoding) -------------------------------------------------------
 
     def begin_decoding(self, encoder_input_tokens: torch.Tensor, max_new_tokens: int,
                        num_beams: int = 1) -> tuple[DecoderCache, torch.Tensor]:

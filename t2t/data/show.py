@@ -1,4 +1,4 @@
-"""What ``t2t-show`` and ``t2t-tasks`` print (no argparse here; ``t2t.cli`` wraps these functions).
+"""What ``t2t-show`` and ``t2t-tasks`` print (no argparse here; ``t2t.cli.main`` wraps these functions).
 
 - ``show_examples(name, split, n, with_tokens, vocab, data_dir)``: a task's preprocessed examples in source
   order as JSON-able dicts ``{"inputs": str, "targets": str}``, plus ``"inputs_tokens"``/``"targets_tokens"``
@@ -13,8 +13,8 @@ import itertools
 from typing import Iterator
 
 from t2t.errors import T2TError
-from t2t.sources import resolve_data_dir
-from t2t.task import MIXTURES, TASKS, Mixture, Task, _load_builtins_once, get_task, get_task_or_mixture
+from t2t.data.sources import resolve_data_dir
+from t2t.data.task import MIXTURES, TASKS, Mixture, Task, _load_builtins_once, get_task, get_task_or_mixture
 
 SHOW_CHUNK = 256
 

@@ -19,16 +19,21 @@ from typing import Literal
 
 import torch
 
-from t2t import checkpoint, config, distributed, durable, kernels
-from t2t import run as run_lib
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t import config
+from t2t.models import distributed
+from t2t.checkpoints import durable
+from t2t.models import kernels
+from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
-from t2t.model import T5, ModelConfig, resolve_model_config
-from t2t.optim import OptimizerConfig, build_optimizer, build_scheduler
-from t2t.pipeline import build_train_batches
-from t2t.progress import MetricsLog, ProgressBar, plot_metrics
-from t2t.task import get_task_or_mixture, load_modules
-from t2t.transfer import TransferConfig, describe_trainable, prepare_transfer
-from t2t.vocab import load_vocabulary
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config
+from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
+from t2t.data.pipeline import build_train_batches
+from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics
+from t2t.data.task import get_task_or_mixture, load_modules
+from t2t.training.transfer import TransferConfig, describe_trainable, prepare_transfer
+from t2t.data.vocab import load_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +86,7 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False) -> list[dict]:
     """Train (or resume) per ``cfg``; returns the logged records.
 
     Resuming takes the run's vocabulary, modules and data dir where ``cfg`` leaves them unset, and refuses
-    settings that break exact continuation unless ``allow_changed_settings`` (see t2t.run.check_resume).
+    settings that break exact continuation unless ``allow_changed_settings`` (see t2t.checkpoints.run.check_resume).
     """
     if not cfg.mixture:
         raise T2TError("no task or mixture given; pass --mixture NAME or --task NAME (see t2t-tasks).")
@@ -194,10 +199,10 @@ def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None) -> T5:
     ``resume_from``, so a moved run resumes without its model file or ``init_from`` model.
     """
     if resume_from is not None:
-        model = checkpoint.load_model(resume_from, verify=cfg.verify_checkpoints)
+        model = load_model(resume_from, verify=cfg.verify_checkpoints)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"checkpoint {resume_from}")
     elif cfg.init_from:
-        model = checkpoint.load_model(cfg.init_from, verify=cfg.verify_checkpoints)
+        model = load_model(cfg.init_from, verify=cfg.verify_checkpoints)
         check_model_settings(cfg.model, model.config, cfg.init_from)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, cfg.init_from)
     else:
@@ -348,7 +353,7 @@ def unwrap(objective: torch.nn.Module) -> "TrainingObjective":
 def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):
     """A callable model → {"eval/<task>/<metric>": value} over the validation splits of ``eval_mixture``
     (default: the training mixture, less the members a --skip-unavailable run never trained)."""
-    from t2t.evaluate import validation_metrics
+    from t2t.evaluation.evaluate import validation_metrics
     name = cfg.eval_mixture or cfg.mixture
     get_task_or_mixture(name)  # a misspelt name fails before training starts
 

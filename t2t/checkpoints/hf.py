@@ -3,7 +3,7 @@
 ``from_hf(folder_or_hub_id)`` reads a folder (config.json + model.safetensors / pytorch_model.bin, sharded
 or not; T5 1.0 and 1.1 configs), ``to_hf(model, out_dir)`` writes one that ``transformers`` loads with no
 missing or unexpected keys. The key map is the table in t2t/model.py's docstring. ``transformers`` itself
-is never imported here; files are read with t2t.checkpoint's readers (every failure one T2TError naming
+is never imported here; files are read with t2t.checkpoints.native's readers (every failure one T2TError naming
 the file, never code executed).
 """
 
@@ -19,12 +19,12 @@ import torch
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
-from t2t.checkpoint import (CONFIG_FILE, MODEL_FILE, _TMP_PREFIX, _assign_weights, _check_state_dict,
-                            _expected_shapes, _first_line, _read_json, _read_safetensors, _torch_load,
-                            _write_file, _write_text)
+from t2t.checkpoints.files import (assign_weights, check_state_dict, error_summary, expected_shapes, read_json,
+                                   read_safetensors, torch_load, write_text, write_with)
+from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
 from t2t.errors import T2TError
-from t2t.model import T5, ModelConfig
-from t2t.vocab import SentencePieceVocabulary
+from t2t.models.t5 import T5, ModelConfig
+from t2t.data.vocab import SentencePieceVocabulary
 
 HF_MODEL_TYPES = ("t5", "mt5")  # mT5 is T5 1.1 under another name
 _HF_DENSE = "DenseReluDense"
@@ -123,22 +123,22 @@ def from_hf(dir_or_hub_id: str | os.PathLike) -> T5:
     """A t2t model from a Hugging Face T5 folder (config.json + safetensors or pytorch_model.bin) or hub id."""
     path = Path(dir_or_hub_id)
     if path.is_dir():
-        return _from_hf_folder(path)
+        return from_hf_folder(path)
     if path.exists():
         raise T2TError(f"{path} is a file; pass the Hugging Face model folder that holds config.json.")
-    return _from_hf_folder(_download_from_hub(str(dir_or_hub_id)))
+    return from_hf_folder(download_from_hub(str(dir_or_hub_id)))
 
 
-def _from_hf_folder(folder: Path) -> T5:
+def from_hf_folder(folder: Path) -> T5:
     cfg_path = folder / CONFIG_FILE
     if not cfg_path.is_file():
         raise T2TError(f"{folder} has no config.json, so it is not a Hugging Face T5 folder; pass the folder "
                        f"that save_pretrained wrote.")
-    cfg = model_config_from_hf(_read_json(cfg_path, "Hugging Face config"), cfg_path)
+    cfg = model_config_from_hf(read_json(cfg_path, "Hugging Face config"), cfg_path)
     hf_weights, weights_path = _read_hf_weights(folder)
     model = T5.from_config(cfg, device="meta")
     weights = _weights_from_hf(hf_weights, model, cfg, weights_path)
-    return _assign_weights(model, weights)
+    return assign_weights(model, weights)
 
 
 def _weights_from_hf(hf: dict[str, torch.Tensor], model: T5, cfg: ModelConfig,
@@ -163,8 +163,8 @@ def _weights_from_hf(hf: dict[str, torch.Tensor], model: T5, cfg: ModelConfig,
             lm_head = hf.get("shared.weight")
         if lm_head is not None:
             hf["lm_head.weight"] = lm_head.clone()
-    expected = {hf_key(k): shape for k, shape in _expected_shapes(model).items()}
-    _check_state_dict(hf, expected, path, "its config.json")
+    expected = {hf_key(k): shape for k, shape in expected_shapes(model).items()}
+    check_state_dict(hf, expected, path, "its config.json")
     shared = hf["shared.weight"]
     if cfg.tie_word_embeddings and lm_head is not None and not (
             lm_head.shape == shared.shape and torch.equal(lm_head, shared)):
@@ -178,12 +178,12 @@ def _weights_from_hf(hf: dict[str, torch.Tensor], model: T5, cfg: ModelConfig,
 def _read_hf_weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     """The state dict in a HF folder: model.safetensors, pytorch_model.bin, or their sharded forms."""
     for single, index, reader in (
-            ("model.safetensors", "model.safetensors.index.json", _read_safetensors),
-            ("pytorch_model.bin", "pytorch_model.bin.index.json", lambda p: _torch_load(p, "weights"))):
+            ("model.safetensors", "model.safetensors.index.json", read_safetensors),
+            ("pytorch_model.bin", "pytorch_model.bin.index.json", lambda p: torch_load(p, "weights"))):
         if (folder / single).is_file():
             return _as_tensor_dict(reader(folder / single), folder / single), folder / single
         if (folder / index).is_file():
-            weight_map = _read_json(folder / index, "weights index").get("weight_map")
+            weight_map = read_json(folder / index, "weights index").get("weight_map")
             if not isinstance(weight_map, dict):
                 raise T2TError(f"weights index {folder / index} has no weight_map; the file is corrupt.")
             tensors: dict[str, torch.Tensor] = {}
@@ -209,7 +209,7 @@ _HF_BIN_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "owner/name"
 
 
-def _download_from_hub(repo_id: str) -> Path:
+def download_from_hub(repo_id: str) -> Path:
     """``huggingface_hub.snapshot_download`` of a T5 repo's config and weights (safetensors, else .bin),
     for a name that does not exist locally and is not path-looking (see ``_path_looking``)."""
     reason = _path_looking(repo_id)
@@ -272,7 +272,7 @@ def _hub_error(repo_id: str, e: Exception) -> T2TError:
                         f"hub is unreachable ({why}) and the model is not in the local cache; connect, or pass "
                         f"a local folder.")
     return T2TError(f"{repo_id} is not a local path and could not be downloaded from the Hugging Face hub "
-                    f"({type(e).__name__}: {_first_line(e)}); check the hub id and the network.")
+                    f"({type(e).__name__}: {error_summary(e)}); check the hub id and the network.")
 
 
 GENERATION_FILE = "generation_config.json"
@@ -297,11 +297,11 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
     out = _export_dir(Path(out_dir))
     tensors = {hf_key(k): v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     try:
-        tmp = out / f"{_TMP_PREFIX}{MODEL_FILE}"
-        _write_file(tmp, lambda p: save_file(tensors, p, {"format": "pt"}))
+        tmp = out / f"{TMP_PREFIX}{MODEL_FILE}"
+        write_with(tmp, lambda p: save_file(tensors, p, {"format": "pt"}))
         os.replace(tmp, out / MODEL_FILE)
-        _write_text(out / CONFIG_FILE, json.dumps(model_config_to_hf(model.config), indent=2))
-        _write_text(out / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
+        write_text(out / CONFIG_FILE, json.dumps(model_config_to_hf(model.config), indent=2))
+        write_text(out / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
         if vocabulary is not None:
             _write_tokenizer(vocabulary, out)
     except OSError as e:
@@ -345,7 +345,7 @@ def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
     and ``extra_ids`` sentinels ``<extra_id_N>`` counted down from the last id, as in t2t. ``legacy: false``
     tokenizes text right after a sentinel as seqio does (transformers PR 24565; transformers 5's
     T5Tokenizer ignores it and inserts a "▁" there, e.g. before the "." of "<extra_id_0>.")."""
-    _write_file(out / "spiece.model", lambda p: Path(p).write_bytes(vocabulary.model_bytes))
-    _write_text(out / "tokenizer_config.json", json.dumps(
+    write_with(out / "spiece.model", lambda p: Path(p).write_bytes(vocabulary.model_bytes))
+    write_text(out / "tokenizer_config.json", json.dumps(
         {"tokenizer_class": "T5Tokenizer", "extra_ids": vocabulary.extra_ids, "eos_token": "</s>",
          "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512, "legacy": False}, indent=2))

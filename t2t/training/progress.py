@@ -10,8 +10,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from t2t.durable import append_line, write_error
+from t2t.checkpoints.durable import append_line, write_error
 from t2t.errors import T2TError
+from t2t.terminal import on_terminal
 
 
 class MetricsLog:
@@ -73,20 +74,6 @@ def _parse_record(line: bytes) -> dict | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) and "step" in record else None
-
-
-def on_terminal() -> bool:
-    """Whether stderr (where progress bars draw) is a terminal; in a log file or a pipe a bar's carriage
-    returns and cursor moves (``ESC[A``) are noise."""
-    return sys.stderr.isatty()
-
-
-def disable_progress_bars_off_terminal() -> None:
-    """Turn off the bars of ``datasets`` and ``huggingface_hub`` when stderr is not a terminal (the CLIs call
-    this first; the libraries read these variables when they are imported)."""
-    if not on_terminal():
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 class ProgressBar:

@@ -1,6 +1,6 @@
 """From tasks to batches: ``build_train_batches``, the trainer's endless, deterministic, resumable stream.
 
-    tokenized split (``t2t.tokenized``: cached, source order)
+    tokenized split (``t2t.data.tokenized``: cached, source order)
       ─ per-epoch seeded permutation ─ token_preprocessors(rng per draw) ─ trim, EOS last ─► sampler
     sampler (global positions) ─ features.Packer (pad or pack the global batch) ─ rank r takes rows r, r+W, …
 
@@ -9,7 +9,7 @@ one-to-many ones included, so a resumed stream indexes the same expanded list. S
 (``source.streaming``) are never cached: each epoch reads them again, in source order (no permutation), and
 resuming skips ahead by the number of (expanded) examples already drawn.
 
-``clear_cache``, ``eval_examples``, ``iter_tokenized`` and ``tokenized_split`` live in ``t2t.tokenized`` and
+``clear_cache``, ``eval_examples``, ``iter_tokenized`` and ``tokenized_split`` live in ``t2t.data.tokenized`` and
 are importable from here as before.
 """
 
@@ -21,15 +21,14 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from t2t.errors import T2TError
-from t2t.mixing import MixtureSampler, draw_rng, epoch_permutation
-from t2t.sources import DataNotFoundError
-from t2t.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
-from t2t.tokenized import (clear_cache, eval_examples, iter_tokenized, tokenized_split,  # noqa: F401 (re-exported)
-                           trim_and_append_eos)
+from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
+from t2t.data.sources import DataNotFoundError
+from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
+from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT = "t2t.pipeline/2"  # /1 held one sampler state per rank (each rank packed its own rows)
+STATE_FORMAT = "t2t.data.pipeline/2"  # /1 held one sampler state per rank (each rank packed its own rows)
 
 # ------------------------------------------------------------------------------------------ one task's draws
 
@@ -171,7 +170,7 @@ class TrainBatches:
                  skip_unavailable: bool = False, split: str = "train", architecture: str = "encoder_decoder",
                  max_tokens: int | None = None, mixing_maximum: float | None = None,
                  mixing_temperature: float | None = None):
-        from t2t.features import get_converter
+        from t2t.data.features import get_converter
 
         if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
             raise T2TError(f"rank {rank!r} / world_size {world_size!r} are not a valid process layout; rank must "
@@ -303,7 +302,7 @@ class TrainBatches:
 
 def _upgrade_state(state) -> Mapping:
     """A saved data state in the current format; a single-process state of format /1 is the same stream."""
-    if isinstance(state, Mapping) and state.get("format") == "t2t.pipeline/1":
+    if isinstance(state, Mapping) and state.get("format") == "t2t.data.pipeline/1":
         if state.get("world_size") != 1:
             raise T2TError(f"the saved data state was written by {state.get('world_size')} processes that each "
                            f"packed their own rows (t2t before the global batch); it cannot be continued "

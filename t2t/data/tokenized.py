@@ -1,17 +1,17 @@
 """A task's split as token ids: tokenize the text examples, run the tokenized stage, cache, append EOS.
 
     text examples (source order) ─ tokenize (vocab.encode_batch) ─ tokenized_preprocessors ─► cache
-    cache ─► ``eval_examples`` (EOS appended, for ``task.examples``) or the trainer's draws (``t2t.pipeline``)
+    cache ─► ``eval_examples`` (EOS appended, for ``task.examples``) or the trainer's draws (``t2t.data.pipeline``)
 
 Caching: tokenized examples live in an in-memory cache per (task, split, vocabulary, data dir[, sequence
 lengths when the task has a tokenized stage]), so the second epoch and every evaluation reuse them. The
 sources already keep their raw rows in ``datasets``' Arrow cache; the token cache is in memory because its key
 is a live vocabulary object (not something ``datasets`` can fingerprint reliably), because in-memory and
 generator sources have no files to cache beside, and because GLUE-sized splits take seconds to tokenize and
-megabytes to hold. Streaming sources (``source.streaming``) are never cached (``t2t.pipeline`` reads them
+megabytes to hold. Streaming sources (``source.streaming``) are never cached (``t2t.data.pipeline`` reads them
 afresh each epoch through ``iter_tokenized``).
 
-This module knows tasks only through their attributes, so ``t2t.task`` can import it (``Task.examples``)
+This module knows tasks only through their attributes, so ``t2t.data.task`` can import it (``Task.examples``)
 without a cycle.
 """
 
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import numpy as np
 
 from t2t.errors import T2TError
-from t2t.sources import resolve_data_dir
+from t2t.data.sources import resolve_data_dir
 
 if TYPE_CHECKING:
-    from t2t.task import Task
+    from t2t.data.task import Task
 
 TOKENIZE_CHUNK = 1024
 

@@ -23,7 +23,7 @@ from typing import Mapping
 
 import numpy as np
 
-from t2t.durable import write_atomic
+from t2t.checkpoints.durable import write_atomic
 from t2t.errors import T2TError
 
 

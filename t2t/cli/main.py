@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from t2t.errors import T2TError
-from t2t.progress import disable_progress_bars_off_terminal
+from t2t.terminal import disable_progress_bars_off_terminal
 
 
 def run_cli(main):
@@ -142,8 +142,8 @@ def train_parser() -> argparse.ArgumentParser:
 def train_main(argv=None) -> int:
     args = train_parser().parse_args(argv)
 
-    from t2t import distributed
-    from t2t.train import TrainConfig, train
+    from t2t.models import distributed
+    from t2t.training.train import TrainConfig, train
     flags = {
         "mixture": args.mixture or args.task, "model.preset": args.model, "init_from": args.init_from,
         "output_dir": args.output_dir, "train_steps": args.train_steps, "batch_size": args.batch_size,
@@ -155,7 +155,7 @@ def train_main(argv=None) -> int:
     cfg = resolve(TrainConfig, args, flags)
     cfg = resolve(TrainConfig, args, flags, base=resumed_settings(cfg.output_dir))
     if args.print_config:
-        from t2t.run import find_run, with_run_locations
+        from t2t.checkpoints.run import find_run, with_run_locations
         print_config(with_run_locations(cfg, find_run(cfg.output_dir)))
         return 0
     with distributed.process_group_from_env():
@@ -168,9 +168,9 @@ def train_main(argv=None) -> int:
 
 def resumed_settings(output_dir: str) -> dict | None:
     """The settings of the run in ``output_dir`` that resuming starts from (None for a new run); where
-    its data, modules and vocabulary are is left to t2t.run, which finds them inside a moved run."""
-    from t2t import checkpoint
-    from t2t.run import LOCATIONS, open_run
+    its data, modules and vocabulary are is left to t2t.checkpoints.run, which finds them inside a moved run."""
+    from t2t.checkpoints import native as checkpoint
+    from t2t.checkpoints.run import LOCATIONS, open_run
     latest = checkpoint.latest_checkpoint(output_dir)
     if latest is None:
         return None
@@ -209,7 +209,7 @@ def eval_parser() -> argparse.ArgumentParser:
 @run_cli
 def eval_main(argv=None) -> int:
     args = eval_parser().parse_args(argv)
-    from t2t.evaluate import EvalConfig, evaluate, evaluate_checkpoints, with_run_settings
+    from t2t.evaluation.evaluate import EvalConfig, evaluate, evaluate_checkpoints, with_run_settings
     cfg = resolve(EvalConfig, args, {
         "mixture": args.mixture or args.task, "checkpoint": args.checkpoint, "split": args.split,
         "max_examples": args.max_examples, "output_dir": args.output_dir, "device": args.device,
@@ -246,8 +246,8 @@ def predict_parser() -> argparse.ArgumentParser:
 @run_cli
 def predict_main(argv=None) -> int:
     args = predict_parser().parse_args(argv)
-    from t2t.evaluate import with_run_settings
-    from t2t.predict import PredictConfig, predict
+    from t2t.evaluation.evaluate import with_run_settings
+    from t2t.evaluation.predict import PredictConfig, predict
     cfg = resolve(PredictConfig, args, {
         "checkpoint": args.checkpoint, "task": args.task, "device": args.device, "vocab": args.vocab,
         "data_dir": args.data_dir, "modules": args.modules, **decoding_flags(args)})
@@ -316,12 +316,12 @@ def show_parser() -> argparse.ArgumentParser:
 def show_main(argv=None) -> int:
     args = show_parser().parse_args(argv)
 
-    from t2t.inspect import show_examples
-    from t2t.task import load_modules
+    from t2t.data.show import show_examples
+    from t2t.data.task import load_modules
     load_modules(args.modules)
     vocab = None
     if args.tokens:
-        from t2t.vocab import load_vocabulary
+        from t2t.data.vocab import load_vocabulary
         vocab = load_vocabulary(args.vocab, data_dir=args.data_dir)
     for example in show_examples(args.task, args.split, args.n, with_tokens=args.tokens, vocab=vocab,
                                  data_dir=args.data_dir):
@@ -343,8 +343,8 @@ def tasks_parser() -> argparse.ArgumentParser:
 def tasks_main(argv=None) -> int:
     args = tasks_parser().parse_args(argv)
 
-    from t2t.inspect import format_registry_table
-    from t2t.task import load_modules
+    from t2t.data.show import format_registry_table
+    from t2t.data.task import load_modules
     load_modules(args.modules)
     print(format_registry_table(data_dir=args.data_dir))
     return 0
@@ -373,7 +373,7 @@ def vocab_parser() -> argparse.ArgumentParser:
 def vocab_main(argv=None) -> int:
     args = vocab_parser().parse_args(argv)
 
-    from t2t.vocab import train_vocabulary
+    from t2t.data.vocab import train_vocabulary
     if bool(args.inputs) == bool(args.task):
         raise T2TError("give either text files/folders or --task NAME to train a vocabulary on.")
     source = task_texts(args) if args.task else text_files(args.inputs)
@@ -412,7 +412,7 @@ def study_main(argv=None) -> int:
     args = study_parser().parse_args(argv)
 
     import shlex
-    from t2t.study import StudyConfig, run_study
+    from t2t.training.study import StudyConfig, run_study
 
     def split(text):
         return [t.strip() for t in text.split(",") if t.strip()] if text else None
@@ -452,10 +452,10 @@ then, in Python: T5ForConditionalGeneration.from_pretrained("exported/glue-small
 @run_cli
 def export_main(argv=None) -> int:
     args = export_parser().parse_args(argv)
-    from t2t.checkpoint import load_model
-    from t2t.hf import to_hf
-    from t2t.run import open_run
-    from t2t.vocab import load_vocabulary
+    from t2t.checkpoints.loading import load_model
+    from t2t.checkpoints.hf import to_hf
+    from t2t.checkpoints.run import open_run
+    from t2t.data.vocab import load_vocabulary
     run = open_run(args.checkpoint)  # its vocabulary resolves inside the run, also after a move
     if args.vocab:
         print(f"using --vocab {args.vocab} instead of the run's vocabulary ({run.vocab or 'default'})")
@@ -481,8 +481,8 @@ def text_files(inputs: list[str]) -> list[Path]:
 
 
 def task_texts(args: argparse.Namespace):
-    from t2t.inspect import show_examples
-    from t2t.task import load_modules
+    from t2t.data.show import show_examples
+    from t2t.data.task import load_modules
     load_modules(args.modules)
     for example in show_examples(args.task, args.split, None, with_tokens=False, vocab=None,
                                  data_dir=args.data_dir):
@@ -494,6 +494,3 @@ PARSERS = {"t2t-train": train_parser, "t2t-eval": eval_parser, "t2t-predict": pr
            "t2t-show": show_parser, "t2t-tasks": tasks_parser, "t2t-vocab": vocab_parser,
            "t2t-study": study_parser, "t2t-export": export_parser}
 
-
-if __name__ == "__main__":  # python -m t2t.cli is used by torchrun
-    sys.exit(train_main())

@@ -24,7 +24,7 @@ import torch
 
 from t2t import config
 from t2t.errors import T2TError
-from t2t.model import T5, add_adapters
+from t2t.models.t5 import T5, add_adapters
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""docs/settings.md, generated from the settings dataclasses: ``python -m t2t.settings_doc > docs/settings.md``.
+"""docs/settings.md, generated from the settings dataclasses: ``python -m t2t.cli.settings_doc > docs/settings.md``.
 
 Each setting is listed with its type, its default and the comment written beside its field, so the
 reference cannot drift from the code (tests/test_settings_doc.py compares the file with ``render()``).
@@ -14,11 +14,11 @@ import re
 import typing
 
 SECTIONS = [  # (title, "module:Class", how users set them)
-    ("t2t-train", "t2t.train:TrainConfig", "flags, `--config FILE`, `--set key=value` (nested: "
+    ("t2t-train", "t2t.training.train:TrainConfig", "flags, `--config FILE`, `--set key=value` (nested: "
                                            "`--set optimizer.schedule=rsqrt`)"),
-    ("t2t-eval", "t2t.evaluate:EvalConfig", "flags, `--config FILE`, `--set key=value`"),
-    ("t2t-predict", "t2t.predict:PredictConfig", "flags, `--config FILE`, `--set key=value`"),
-    ("t2t-study", "t2t.study:StudyConfig", "flags, `--config FILE`, `--set key=value`"),
+    ("t2t-eval", "t2t.evaluation.evaluate:EvalConfig", "flags, `--config FILE`, `--set key=value`"),
+    ("t2t-predict", "t2t.evaluation.predict:PredictConfig", "flags, `--config FILE`, `--set key=value`"),
+    ("t2t-study", "t2t.training.study:StudyConfig", "flags, `--config FILE`, `--set key=value`"),
 ]
 _FIELD_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.*\S)\s*$")
 
@@ -26,7 +26,7 @@ _FIELD_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.*\S)\s*$")
 def render() -> str:
     """The whole reference as Markdown."""
     parts = ["# Settings reference\n",
-             "Generated from the settings dataclasses by `python -m t2t.settings_doc > docs/settings.md`; "
+             "Generated from the settings dataclasses by `python -m t2t.cli.settings_doc > docs/settings.md`; "
              "edit the comments beside the fields, not this file. Every command prints its resolved "
              "settings with `--print-config`.\n"]
     for title, target, how in SECTIONS:

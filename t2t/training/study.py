@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from t2t import results
+from t2t.evaluation import results
 from t2t.errors import T2TError
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def run_cell(cfg: StudyConfig, cell: Cell, threads: int) -> float:
     eval_dir = cell.folder / "study_eval"
     run_tool("t2t-eval", ["--task", cell.target, "--checkpoint", str(cell.folder), "--output-dir", str(eval_dir),
                           *cfg.eval_args], threads, cell.folder / "eval.log")
-    (result,) = eval_dir.glob("*/*.metrics.json")  # <split>/<task>.metrics.json (t2t.results)
+    (result,) = eval_dir.glob("*/*.metrics.json")  # <split>/<task>.metrics.json (t2t.evaluation.results)
     metrics = json.loads(result.read_text())["metrics"]
     score = results.task_score(metrics, cfg.metric)
     result_file.write_text(json.dumps({"row": cell.row, "target": cell.target, "score": score,
@@ -135,7 +135,7 @@ def run_tool(tool: str, args: list[str], threads: int, log_file: Path) -> None:
     """One t2t command in its own process with ``threads`` threads; its output goes to ``log_file``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     entry = {"t2t-train": "train_main", "t2t-eval": "eval_main"}[tool]
-    command = [sys.executable, "-c", f"import sys; from t2t.cli import {entry}; sys.exit({entry}())",
+    command = [sys.executable, "-c", f"import sys; from t2t.cli.main import {entry}; sys.exit({entry}())",
                *args, "--set", f"threads={threads}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     log.info("%s %s", tool, " ".join(args))

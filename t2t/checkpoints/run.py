@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from t2t import checkpoint, config
-from t2t.durable import write_atomic
+from t2t.checkpoints import native as checkpoint
+from t2t import config
+from t2t.checkpoints.durable import write_atomic
 from t2t.errors import T2TError
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def model_changes(recorded: Any, setting: Any) -> list[tuple[str, Any, Any]]:
     """How the ``model`` setting differs from the model a run recorded (all its fields): fields set from
     other settings (the vocabulary, dropout_rate, transfer.adapter_dim) are not compared; a preset file that
     is not readable here cannot differ (resuming builds the run's own model)."""
-    from t2t.model import resolve_model_config
+    from t2t.models.t5 import resolve_model_config
     if setting == recorded or not isinstance(recorded, dict):
         return [] if setting == recorded else [("model", recorded, setting)]
     try:

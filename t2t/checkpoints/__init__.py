@@ -1,0 +1,2 @@
+"""Weights on disk: t2t's own checkpoint format (native.py), durable writes, Hugging Face in and out (hf.py),
+t5x import (t5x.py), loading any of them (loading.py) and the run directory (run.py)."""

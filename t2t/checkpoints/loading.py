@@ -1,0 +1,78 @@
+"""Loading a model from wherever it is: one of t2t's checkpoints, a run dir, a Hugging Face T5 folder or
+a hub id. A trained-only checkpoint loads its base first (which may itself be any of these)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from t2t import config as config_lib
+from t2t.checkpoints import hf
+from t2t.checkpoints.files import assign_weights, check_state_dict, expected_shapes, read_json, read_safetensors
+from t2t.checkpoints.native import BASE_FILE, CONFIG_FILE, MODEL_FILE, latest_checkpoint, verify_checkpoint
+from t2t.errors import T2TError
+from t2t.models.t5 import T5, ModelConfig, add_adapters
+
+
+def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
+    """A model from one of our checkpoints, a run dir (its latest checkpoint), a Hugging Face T5 folder,
+    or a Hugging Face hub id. ``verify`` checks our checkpoints' files against their checksums."""
+    path = Path(path_or_id)
+    if path.is_dir():
+        if (path / CONFIG_FILE).is_file():
+            if "model_type" in read_json(path / CONFIG_FILE, "model config"):
+                return hf.from_hf_folder(path)
+            return load_native_model(path, verify)
+        latest = latest_checkpoint(path)
+        if latest is not None:
+            return load_native_model(latest, verify)
+        raise T2TError(f"{path} is neither a t2t checkpoint, a run dir with checkpoints, nor a Hugging Face "
+                       f"T5 folder (it has no config.json and no step_* checkpoint).")
+    if path.exists():
+        raise T2TError(f"{path} is a file; pass a checkpoint folder, a run dir, a Hugging Face T5 folder or "
+                       f"a hub id.")
+    return hf.from_hf_folder(hf.download_from_hub(str(path_or_id)))
+
+
+def load_native_model(path: Path, verify: bool = True) -> T5:
+    if verify:
+        verify_checkpoint(path, [CONFIG_FILE, MODEL_FILE, BASE_FILE])
+    cfg = _read_model_config(path / CONFIG_FILE)
+    weights = read_safetensors(path / MODEL_FILE)
+    if (path / BASE_FILE).is_file():
+        return _load_on_base(path, cfg, weights)
+    model = T5.from_config(cfg, device="meta")
+    check_state_dict(weights, expected_shapes(model), path / MODEL_FILE, "its config")
+    return assign_weights(model, weights)
+
+
+def _load_on_base(path: Path, cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> T5:
+    """A trained-only checkpoint: its base model, given adapters if it has them, then its tensors."""
+    base = read_json(path / BASE_FILE, "base reference")["base"]
+    if not Path(base).exists() and Path(base).is_absolute():
+        raise T2TError(f"checkpoint {path} holds only trained parameters and its base {base} is gone; put the "
+                       f"base back at that path (or edit {path / BASE_FILE}).")
+    model = load_model(base)
+    if cfg.adapter_dim and not model.config.adapter_dim:
+        add_adapters(model, cfg.adapter_dim)
+    if _shape(model.config) != _shape(cfg):
+        raise T2TError(f"checkpoint {path} was trained from a base of another shape than {base}; restore "
+                       f"that base or pass a complete checkpoint.")
+    check_state_dict(weights, expected_shapes(model), path / MODEL_FILE, f"its base {base}", partial=True)
+    model.load_state_dict(weights, strict=False)
+    return model
+
+
+def _shape(cfg: ModelConfig) -> dict:
+    """A model config without its dropout rate, which a fine-tuning run may change."""
+    return {k: v for k, v in config_lib.to_dict(cfg).items() if k != "dropout_rate"}
+
+
+def _read_model_config(path: Path) -> ModelConfig:
+    data = read_json(path, "model config")
+    try:
+        return config_lib.from_dict(ModelConfig, data)
+    except T2TError as e:
+        raise T2TError(f"model config {path} is invalid: {str(e).rstrip('.')}.") from None

@@ -1,0 +1,11 @@
+"""The data path: tasks and mixtures (task.py), sources, the vocabulary, text preprocessors, objectives,
+Winograd forms, tokenized splits, mixing rates, feature converters and the training-batch pipeline."""
+
+from t2t.data.sources import CsvFiles, DataFiles, GeneratorSource, HFDataset, InMemorySource, JsonlFiles, \
+    Source, TextFiles, TsvFiles
+from t2t.data.task import Feature, Mixture, Task, get_mixture, get_task, register_mixture, register_task
+from t2t.data.vocab import SentencePieceVocabulary, load_vocabulary
+
+__all__ = ["Task", "Mixture", "Feature", "register_task", "register_mixture", "get_task", "get_mixture",
+           "Source", "HFDataset", "DataFiles", "JsonlFiles", "CsvFiles", "TsvFiles", "TextFiles",
+           "InMemorySource", "GeneratorSource", "SentencePieceVocabulary", "load_vocabulary"]

@@ -1,0 +1,506 @@
+"""Where raw examples come from: Hugging Face datasets (hub or local), data files, Python data, local GLUE.
+
+Every source has ``splits`` (a tuple, empty when only the dataset itself knows), ``load(split, data_dir)``
+returning an iterable of raw example dicts in source order, ``num_examples(split)`` (a declared size or
+None, never reads data), ``streaming`` and ``describe()``. Hub and file sources go through ``datasets``
+(``load_dataset`` / ``load_from_disk``) so its Arrow cache and streaming do the work.
+
+Relative file paths are resolved against the data dir: ``--data-dir`` / ``data_dir=``, else ``$T2T_DATA_DIR``.
+Data that cannot be found raises :class:`DataNotFoundError` (a ``T2TError``), so a mixture can tell
+"missing" (skippable with ``skip_unavailable``) from "broken" (always an error).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from t2t.errors import T2TError
+
+PathLike = str | os.PathLike
+
+
+class DataNotFoundError(T2TError):
+    """The data for a split is not available: absent locally and on the hub, or out of reach (offline mode,
+    no network). A mixture may skip it (``skip_unavailable``)."""
+
+
+class HubUnreachableError(DataNotFoundError):
+    """The hub could not be reached (no network, DNS, timeout): the data may exist, it could not be fetched."""
+
+
+def resolve_data_dir(data_dir: PathLike | None = None) -> Path | None:
+    """``data_dir`` if given, else ``$T2T_DATA_DIR``, else None; a folder named but absent is an error."""
+    value = data_dir if data_dir is not None else os.environ.get("T2T_DATA_DIR") or None
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        given = "--data-dir" if data_dir is not None else "T2T_DATA_DIR"
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise T2TError(f"data dir {path} ({given}) {what}; check the path.")
+    return path
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+# hub.hub_failure's answer → (error class, reason, the fix when it is not the caller's)
+_HUB_FAILURES = {
+    "gated": (T2TError, "the dataset is gated", "accept its conditions on its hub page and log in (hf auth login)"),
+    "refused": (T2TError, "the hub refused access (HTTP 401/403)", "log in (hf auth login) or check your token"),
+    "rate_limited": (T2TError, "the hub is rate-limiting requests (HTTP 429)",
+                     "wait and retry, or log in for a higher limit"),
+    "offline": (DataNotFoundError, "offline mode is on (HF_HUB_OFFLINE) and there is no cached copy", None),
+    "unreachable": (HubUnreachableError, "the hub could not be reached (no network?)", None),
+}
+
+
+class Source:
+    """Base class: subclasses set ``splits`` and implement ``load``."""
+
+    splits: tuple[str, ...] = ()
+    streaming: bool = False
+
+    def load(self, split: str, data_dir: PathLike | None = None) -> Iterable[dict]:
+        raise NotImplementedError
+
+    def num_examples(self, split: str) -> int | None:
+        sizes = getattr(self, "sizes", None) or {}
+        return sizes.get(split)
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+# ------------------------------------------------------------------------------------------ Hugging Face
+
+def _load_dataset(path: str, what: str, fix: str = "check the name and the files, or use a local copy",
+                  **kwargs):
+    """``datasets.load_dataset``; a failure is one sentence, and "missing" (DataNotFoundError, skippable)
+    only when the data is absent or offline mode forbids fetching it: refused access and rate limits are
+    errors to fix, the hub out of reach is HubUnreachableError."""
+    import datasets
+    from t2t.hub import hub_failure
+    try:
+        return datasets.load_dataset(path, **kwargs)
+    except Exception as e:  # datasets raises many types
+        failure = hub_failure(e, offline=datasets.config.HF_HUB_OFFLINE)
+        cls, reason, own_fix = _HUB_FAILURES.get(failure, (T2TError, _first_line(e), None))
+        if failure == "not_found":
+            cls, reason = DataNotFoundError, f"not found ({_first_line(e)})"
+        raise cls(f"could not load {what} with datasets.load_dataset: {reason}; {own_fix or fix}.") from None
+
+
+class HFDataset(Source):
+    """A dataset on the Hugging Face hub (``path="nyu-mll/glue", name="stsb"``) or a local dataset folder /
+    loading script that ``datasets.load_dataset`` understands. ``split_map`` renames t2t split names to the
+    dataset's; ``streaming=True`` reads without downloading everything (an ``IterableDataset``)."""
+
+    def __init__(self, path: str, name: str | None = None, *, splits: Sequence[str] = (),
+                 split_map: Mapping[str, str] | None = None, streaming: bool = False,
+                 revision: str | None = None, sizes: Mapping[str, int] | None = None, **load_kwargs):
+        self.path, self.name = path, name
+        self.splits = tuple(splits)
+        self.split_map = dict(split_map or {})
+        self.streaming = streaming
+        self.revision = revision
+        self.sizes = dict(sizes or {})
+        self.load_kwargs = load_kwargs
+
+    def load(self, split, data_dir=None):
+        hf_split = self.split_map.get(split, split)
+        return _load_dataset(self.path, f"{self.describe()} split {hf_split!r}", name=self.name,
+                             split=hf_split, streaming=self.streaming, revision=self.revision, **self.load_kwargs)
+
+    def describe(self):
+        return f"Hugging Face dataset {self.path}" + (f" ({self.name})" if self.name else "")
+
+
+class DiskDataset(Source):
+    """A dataset saved with ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` (relative to the data dir)."""
+
+    def __init__(self, path: PathLike, *, splits: Sequence[str] = (), sizes: Mapping[str, int] | None = None):
+        self.path = Path(path)
+        self.splits = tuple(splits)
+        self.sizes = dict(sizes or {})
+
+    def load(self, split, data_dir=None):
+        import datasets
+        path = _resolve(self.path, data_dir)
+        if not path.exists():
+            raise DataNotFoundError(f"no saved dataset at {path}; create it with save_to_disk or pass the right "
+                                    f"--data-dir.")
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except Exception as e:
+            raise T2TError(f"could not read the saved dataset at {path} ({_first_line(e)}); re-save it with "
+                           f"save_to_disk.") from None
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise T2TError(f"the saved dataset at {path} has no split {split!r}; it has "
+                               f"{', '.join(ds)}.")
+            return ds[split]
+        if split != "train":
+            raise T2TError(f"the saved dataset at {path} is a single Dataset, used as split 'train'; save a "
+                           f"DatasetDict to have split {split!r}.")
+        return ds
+
+    def describe(self):
+        return f"saved dataset {self.path}"
+
+
+class DataFiles(Source):
+    """JSON lines, CSV, TSV or plain-text files read with the ``datasets`` builders (cached as Arrow).
+
+    ``files`` maps each split to a path, a glob or a list of them; relative paths are taken from the data dir.
+    Text files give one example ``{"text": line}`` per line.
+    """
+
+    BUILDERS = {"jsonl": ("json", {}), "json": ("json", {}), "csv": ("csv", {}), "tsv": ("csv", {"sep": "\t"}),
+                "text": ("text", {})}
+
+    def __init__(self, files: Mapping[str, PathLike | Sequence[PathLike]], format: str, *,
+                 sizes: Mapping[str, int] | None = None, **builder_kwargs):
+        if format not in self.BUILDERS:
+            raise T2TError(f"unknown data file format {format!r}; use one of {', '.join(self.BUILDERS)}.")
+        if isinstance(files, (str, os.PathLike)):
+            files = {"train": files}
+        self.files = {split: ([p] if isinstance(p, (str, os.PathLike)) else list(p)) for split, p in files.items()}
+        self.format = format
+        self.splits = tuple(self.files)
+        self.sizes = dict(sizes or {})
+        self.builder_kwargs = builder_kwargs
+
+    def paths(self, split: str, data_dir: PathLike | None = None) -> list[str]:
+        if split not in self.files:
+            raise T2TError(f"{self.describe()} has no split {split!r}; it has {', '.join(self.files)}.")
+        out = []
+        for p in self.files[split]:
+            path = _resolve(Path(p), data_dir)
+            matches = sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else [path]
+            if not matches or not all(m.is_file() for m in matches):
+                where = "" if Path(p).is_absolute() else f" (relative paths are taken from the data dir " \
+                                                         f"{resolve_data_dir(data_dir) or 'unset'})"
+                raise DataNotFoundError(f"{self.format} file {path} for split {split!r} does not exist{where}; "
+                                        f"check the path or pass --data-dir.")
+            out += [str(m) for m in matches]
+        return out
+
+    def load(self, split, data_dir=None):
+        builder, defaults = self.BUILDERS[self.format]
+        paths = self.paths(split, data_dir)
+        return _load_dataset(builder, f"{self.format} files {', '.join(paths)}", data_files={split: paths},
+                             split=split, **{**defaults, **self.builder_kwargs})
+
+    def describe(self):
+        shown = "; ".join(f"{s}: {', '.join(map(str, p))}" for s, p in self.files.items())
+        return f"{self.format} files ({shown})"
+
+
+def JsonlFiles(files, **kwargs) -> DataFiles:
+    """JSON-lines files, one example object per line."""
+    return DataFiles(files, "jsonl", **kwargs)
+
+
+def CsvFiles(files, **kwargs) -> DataFiles:
+    return DataFiles(files, "csv", **kwargs)
+
+
+def TsvFiles(files, **kwargs) -> DataFiles:
+    return DataFiles(files, "tsv", **kwargs)
+
+
+def TextFiles(files, **kwargs) -> DataFiles:
+    """Plain-text files, one ``{"text": line}`` example per line."""
+    return DataFiles(files, "text", **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ Python data
+
+class InMemorySource(Source):
+    """Examples held in Python lists: ``InMemorySource({"train": [{...}, ...], "validation": [...]})``."""
+
+    def __init__(self, examples: Mapping[str, Sequence[Mapping]]):
+        self.examples = {split: [dict(e) for e in rows] for split, rows in examples.items()}
+        self.splits = tuple(self.examples)
+
+    def load(self, split, data_dir=None):
+        if split not in self.examples:
+            raise T2TError(f"in-memory source has no split {split!r}; it has {', '.join(self.examples)}.")
+        return [dict(e) for e in self.examples[split]]
+
+    def num_examples(self, split):
+        return len(self.examples[split]) if split in self.examples else None
+
+    def describe(self):
+        return "in-memory examples"
+
+
+class GeneratorSource(Source):
+    """Examples made by a Python function: ``fn(split) -> iterable of dicts`` (called afresh for each pass)."""
+
+    def __init__(self, fn: Callable[[str], Iterable[Mapping]], splits: Sequence[str] = ("train",),
+                 sizes: Mapping[str, int] | None = None, streaming: bool = False):
+        self.fn = fn
+        self.splits = tuple(splits)
+        self.sizes = dict(sizes or {})
+        self.streaming = streaming  # True: read afresh each epoch, in order, never held in memory
+
+    def load(self, split, data_dir=None):
+        return (dict(e) for e in self.fn(split))
+
+    def describe(self):
+        return f"generator {getattr(self.fn, '__name__', repr(self.fn))}"
+
+
+# ------------------------------------------------------------------------------------------ local files, else hub
+
+class LocalOrHub(Source):
+    """A benchmark read from its official download under the data dir when the files are there, else from the hub.
+
+    ``files`` maps each split to candidate file groups relative to the data dir (e.g. ``[("wmt/en-ro/x.en",
+    "wmt/en-ro/x.ro")]``); the first group whose files all exist is read with ``read(paths) -> rows``, which
+    gives rows in the hub's shape. Splits with no local candidates, or none present, load ``hub`` (an
+    :class:`HFDataset`); when that fails too the error names both places.
+    """
+
+    def __init__(self, what: str, hub: HFDataset, files: Mapping[str, Sequence[Sequence[PathLike]]],
+                 read: Callable[[list[Path]], Iterable[dict]], *, splits: Sequence[str],
+                 sizes: Mapping[str, int] | None = None):
+        self.what = what
+        self.hub = hub
+        self.files = {split: [tuple(group) for group in groups] for split, groups in files.items()}
+        self.read = read
+        self.splits = tuple(splits)
+        self.sizes = dict(sizes or {})
+
+    def local_paths(self, split: str, data_dir: PathLike | None = None) -> list[Path] | None:
+        """The first complete group of local files for ``split``, or None."""
+        root = resolve_data_dir(data_dir)
+        if root is None:
+            return None
+        for group in self.files.get(split, ()):
+            paths = [root / p for p in group]
+            if all(p.is_file() for p in paths):
+                return paths
+        return None
+
+    def available(self, split: str, data_dir: PathLike | None = None) -> bool | None:
+        """True when the local files exist; None (unknown: the hub may have them) otherwise."""
+        return True if self.local_paths(split, data_dir) else None
+
+    def load(self, split, data_dir=None):
+        if split not in self.splits:
+            raise T2TError(f"{self.what} has no split {split!r}; it has {', '.join(self.splits)}.")
+        paths = self.local_paths(split, data_dir)
+        if paths:
+            return self.read(paths)
+        try:
+            return self.hub.load(split, data_dir)
+        except DataNotFoundError:
+            looked = " or ".join(" + ".join(map(str, g)) for g in self.files.get(split, ())) or "no local layout"
+            raise DataNotFoundError(
+                f"no {self.what} {split} data: not under the data dir ({looked}; data dir "
+                f"{resolve_data_dir(data_dir) or 'unset'}) and {self.hub.describe()} could not be loaded; put the "
+                f"official files there and pass --data-dir, or reach the hub.") from None
+
+    def describe(self):
+        return f"{self.what} (local files under the data dir or {self.hub.describe()})"
+
+
+# ------------------------------------------------------------------------------------------ local GLUE
+
+GLUE_HUB_ID = "nyu-mll/glue"
+
+# Label names per HF/TFDS GLUE config (class id = position); stsb is a regression task.
+GLUE_LABELS = {
+    "cola": ("unacceptable", "acceptable"),
+    "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"),
+    "qqp": ("not_duplicate", "duplicate"),
+    "stsb": None,
+    "mnli": ("entailment", "neutral", "contradiction"),
+    "mnli_matched": ("entailment", "neutral", "contradiction"),
+    "mnli_mismatched": ("entailment", "neutral", "contradiction"),
+    "qnli": ("entailment", "not_entailment"),
+    "rte": ("entailment", "not_entailment"),
+    "wnli": ("not_entailment", "entailment"),
+    "ax": ("entailment", "neutral", "contradiction"),
+}
+
+# Split sizes of HF nyu-mll/glue (== TFDS glue), so listings and rates need no data.
+GLUE_SIZES = {
+    "cola": {"train": 8551, "validation": 1043, "test": 1063},
+    "sst2": {"train": 67349, "validation": 872, "test": 1821},
+    "mrpc": {"train": 3668, "validation": 408, "test": 1725},
+    "qqp": {"train": 363846, "validation": 40430, "test": 390965},
+    "stsb": {"train": 5749, "validation": 1500, "test": 1379},
+    "mnli": {"train": 392702, "validation_matched": 9815, "validation_mismatched": 9832,
+             "test_matched": 9796, "test_mismatched": 9847},
+    "mnli_matched": {"validation": 9815, "test": 9796},
+    "mnli_mismatched": {"validation": 9832, "test": 9847},
+    "qnli": {"train": 104743, "validation": 5463, "test": 5463},
+    "rte": {"train": 2490, "validation": 277, "test": 3000},
+    "wnli": {"train": 635, "validation": 71, "test": 146},
+    "ax": {"test": 1104},
+}
+
+_STD = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
+# config → (folder under DIR/glue, {split: file}), as GLUE's download_glue_data.py writes them.
+GLUE_FILES = {
+    "cola": ("CoLA", _STD), "sst2": ("SST-2", _STD), "mrpc": ("MRPC", _STD), "qqp": ("QQP", _STD),
+    "stsb": ("STS-B", _STD), "qnli": ("QNLI", _STD), "rte": ("RTE", _STD), "wnli": ("WNLI", _STD),
+    "mnli": ("MNLI", {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
+                      "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
+                      "test_mismatched": "test_mismatched.tsv"}),
+    "mnli_matched": ("MNLI", {"validation": "dev_matched.tsv", "test": "test_matched.tsv"}),
+    "mnli_mismatched": ("MNLI", {"validation": "dev_mismatched.tsv", "test": "test_mismatched.tsv"}),
+    "ax": ("diagnostic", {"test": "diagnostic.tsv"}),
+}
+_AX_FOLDERS = ("diagnostic", "AX")
+
+# config → {HF field: TSV column name}; the label column is named separately.
+_GLUE_COLUMNS = {
+    "cola": ({"sentence": "sentence"}, "label"),
+    "sst2": ({"sentence": "sentence"}, "label"),
+    "mrpc": ({"sentence1": "#1 String", "sentence2": "#2 String"}, "Quality"),
+    "qqp": ({"question1": "question1", "question2": "question2"}, "is_duplicate"),
+    "stsb": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "score"),
+    "mnli": ({"premise": "sentence1", "hypothesis": "sentence2"}, "gold_label"),
+    "qnli": ({"question": "question", "sentence": "sentence"}, "label"),
+    "rte": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "label"),
+    "wnli": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "label"),
+    "ax": ({"premise": "sentence1", "hypothesis": "sentence2"}, "label"),
+}
+_GLUE_COLUMNS["mnli_matched"] = _GLUE_COLUMNS["mnli_mismatched"] = _GLUE_COLUMNS["mnli"]
+_COLA_NO_HEADER = ("source", "label", "original_label", "sentence")  # CoLA train/dev have no header line
+
+
+def read_glue_tsv(path: PathLike, config: str) -> Iterator[dict]:
+    """Rows of one local GLUE TSV as HF ``nyu-mll/glue`` dicts (fields, int label or float score, ``idx``).
+
+    Read with ``csv`` and ``QUOTE_NONE`` (fields may begin with a quote), ``utf-8-sig`` (MRPC has a BOM);
+    a row with the wrong number of fields or a label outside the task's label set is an error naming the
+    file and line. Unlabeled rows (test files) get ``label = -1``.
+    """
+    path = Path(path)
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        try:
+            yield from _glue_examples(reader, path, config)
+        except UnicodeDecodeError as e:
+            raise T2TError(f"GLUE file {path} line {_first_non_utf8_line(path)} is not UTF-8 (byte "
+                           f"{e.object[e.start]:#04x}); re-download the file or convert it to UTF-8.") from None
+        except csv.Error as e:  # e.g. a field over csv's size limit (131,072 characters)
+            raise T2TError(f"GLUE file {path} line {reader.line_num} cannot be read as TSV ({e}); fix or "
+                           f"re-download the file.") from None
+
+
+def _first_non_utf8_line(path: Path) -> int:
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 0
+
+
+def _glue_examples(reader, path: Path, config: str) -> Iterator[dict]:
+    fields, label_col = _GLUE_COLUMNS[config]
+    labels = GLUE_LABELS[config]
+    if config == "cola" and path.name != "test.tsv":
+        header = list(_COLA_NO_HEADER)
+    else:
+        header = next(reader, None)
+        if header is None:
+            raise T2TError(f"GLUE file {path} is empty; re-download it.")
+    missing = [c for c in fields.values() if c not in header]
+    if missing:
+        raise T2TError(f"GLUE file {path} has no column {missing[0]!r} in its header line ({' / '.join(header)}); "
+                       f"re-download it with GLUE's download script.")
+    cols = {name: header.index(col) for name, col in fields.items()}
+    label_at = header.index(label_col) if label_col in header else None
+    idx = 0
+    for row in reader:
+        if len(row) != len(header):
+            raise T2TError(f"GLUE file {path} line {reader.line_num} has {len(row)} tab-separated fields "
+                           f"instead of {len(header)}; fix or re-download the file.")
+        example = {name: row[i] for name, i in cols.items()}
+        example["label"] = -1 if label_at is None else _glue_label(row[label_at], labels, path, reader.line_num)
+        example["idx"] = idx
+        idx += 1
+        yield example
+
+
+def _glue_label(text: str, labels: tuple[str, ...] | None, path: Path, line: int):
+    try:
+        if labels is None:  # STS-B similarity score, float32 as in HF/TFDS GLUE
+            return float(np.float32(text))
+        if text in labels:
+            return labels.index(text)
+        value = int(text)
+        if 0 <= value < len(labels):
+            return value
+    except ValueError:
+        pass
+    allowed = "a number" if labels is None else f"one of {', '.join(labels)} or 0..{len(labels) - 1}"
+    raise T2TError(f"GLUE file {path} line {line} has label {text!r}, expected {allowed}; fix or re-download "
+                   f"the file.")
+
+
+class GlueSource(Source):
+    """A GLUE config (``cola``, ``sst2``, ..., ``mnli_matched``, ``ax``) read from ``DIR/glue/<Task>/*.tsv``
+    when the file is there, else from the hub (``nyu-mll/glue``); both give the same dict shape."""
+
+    def __init__(self, config: str, hub_path: str = GLUE_HUB_ID, splits: Sequence[str] | None = None):
+        if config not in GLUE_FILES:
+            raise T2TError(f"unknown GLUE config {config!r}; use one of {', '.join(GLUE_FILES)}.")
+        self.config = config
+        self.hub_path = hub_path
+        self.splits = tuple(splits or GLUE_FILES[config][1])  # a subset, e.g. WNLI's evaluation splits
+        self.sizes = dict(GLUE_SIZES[config])
+
+    def local_path(self, split: str, data_dir: PathLike | None = None) -> Path | None:
+        """The local TSV for ``split`` (existing or not), or None without a data dir."""
+        root = resolve_data_dir(data_dir)
+        if root is None:
+            return None
+        folder, files = GLUE_FILES[self.config]
+        candidates = [root / "glue" / f / files[split] for f in (_AX_FOLDERS if self.config == "ax" else (folder,))]
+        return next((c for c in candidates if c.is_file()), candidates[0])
+
+    def available(self, split: str, data_dir: PathLike | None = None) -> bool | None:
+        """True when the local TSV exists; None (unknown: the hub may have it) otherwise."""
+        path = self.local_path(split, data_dir)
+        return True if path is not None and path.is_file() else None
+
+    def load(self, split, data_dir=None):
+        if split not in self.splits:
+            raise T2TError(f"GLUE {self.config} has no split {split!r}; it has {', '.join(self.splits)}.")
+        path = self.local_path(split, data_dir)
+        if path is not None and path.is_file():
+            return read_glue_tsv(path, self.config)
+        where = "no data dir is set" if path is None else f"{path} does not exist"
+        return _load_dataset(self.hub_path, f"GLUE {self.config} {split} ({where}, so from the hub: "
+                                            f"{self.hub_path}/{self.config})",
+                             fix="put GLUE (download_glue_data.py layout) under <data dir>/glue/ and pass "
+                                 "--data-dir or set T2T_DATA_DIR", name=self.config, split=split)
+
+    def describe(self):
+        return f"GLUE {self.config} (local <data dir>/glue/{GLUE_FILES[self.config][0]} or hub {self.hub_path})"
+
+
+def _resolve(path: Path, data_dir: PathLike | None) -> Path:
+    path = Path(path).expanduser()
+    if path.is_absolute():
+        return path
+    root = resolve_data_dir(data_dir)
+    return (root / path) if root is not None else path

@@ -1,0 +1,323 @@
+"""Metric functions ``fn(targets, predictions) -> {name: value}``, named and defined as t5.evaluation.metrics.
+
+Scores are on t5's 0-100 scale. Targets and predictions are already postprocessed (e.g. class ids, floats,
+strings); each function takes them as two equally long sequences and raises T2TError when the lengths
+differ or there are no examples. Correlations of a constant sequence are NaN, as in scipy (and t5).
+
+Where t5 is silent or quirky, t2t does the following (the numbers are otherwise t5's):
+- ``rouge`` aggregates with rouge-score's ``BootstrapAggregator`` and reports the "mid" F-measure, as t5;
+  its resampling draws from a fixed seed so that the same predictions always give the same score.
+- ``bleu`` with several references per example transposes them into sacrebleu's reference streams
+  (examples with fewer references are padded with None, which sacrebleu skips).
+- ``f1_score_with_invalid`` does not modify the caller's arrays.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import re
+import string
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sacrebleu
+import scipy.stats
+import sklearn.metrics
+from rouge_score import rouge_scorer, scoring
+
+from t2t.errors import T2TError
+
+MetricFn = Callable[[Sequence, Sequence], dict]
+
+
+def _check(name: str, targets, predictions) -> tuple[list, list]:
+    targets, predictions = list(targets), list(predictions)
+    if len(targets) != len(predictions):
+        raise T2TError(
+            f"metric {name} got {len(targets)} targets but {len(predictions)} predictions; "
+            "pass exactly one prediction per target."
+        )
+    if not targets:
+        raise T2TError(f"metric {name} got no examples; evaluate on at least one example.")
+    return targets, predictions
+
+
+# -- classification and regression --------------------------------------------------------------------------
+
+
+def accuracy(targets, predictions) -> dict:
+    """Percentage of predictions equal to their target: {"accuracy"}."""
+    targets, predictions = _check("accuracy", targets, predictions)
+    return {"accuracy": 100 * sklearn.metrics.accuracy_score(targets, predictions)}
+
+
+def sequence_accuracy(targets, predictions) -> dict:
+    """Percentage of predicted sequences (strings, id lists) exactly equal to their target: {"sequence_accuracy"}."""
+    targets, predictions = _check("sequence_accuracy", targets, predictions)
+    return {"sequence_accuracy": 100 * float(np.mean([p == t for t, p in zip(targets, predictions)]))}
+
+
+def all_match(targets, predictions) -> dict:
+    """100 if every prediction equals its target, else 0: {"exact_match"} (t5's ``all_match``)."""
+    targets, predictions = _check("all_match", targets, predictions)
+    return {"exact_match": 100 * float(np.array_equal(np.asarray(targets), np.asarray(predictions)))}
+
+
+exact_match = all_match  # t5 calls the function all_match and its value "exact_match"
+
+
+def pearson_corrcoef(targets, predictions) -> dict:
+    """Pearson's r × 100: {"pearson_corrcoef"}."""
+    targets, predictions = _check_correlation("pearson_corrcoef", targets, predictions)
+    with _constant_input_is_nan():
+        return {"pearson_corrcoef": 100 * float(scipy.stats.pearsonr(targets, predictions)[0])}
+
+
+def spearman_corrcoef(targets, predictions) -> dict:
+    """Spearman's rank correlation × 100: {"spearman_corrcoef"}."""
+    targets, predictions = _check_correlation("spearman_corrcoef", targets, predictions)
+    with _constant_input_is_nan():
+        return {"spearman_corrcoef": 100 * float(scipy.stats.spearmanr(targets, predictions)[0])}
+
+
+@contextlib.contextmanager
+def _constant_input_is_nan():
+    """Constant predictions give NaN (as in t5) without scipy's warning on every evaluation."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.stats.ConstantInputWarning)
+        yield
+
+
+def _check_correlation(name: str, targets, predictions) -> tuple[np.ndarray, np.ndarray]:
+    targets, predictions = _check(name, targets, predictions)
+    if len(targets) < 2:
+        raise T2TError(f"metric {name} needs at least 2 examples, got 1; evaluate on more examples.")
+    try:
+        return np.asarray(targets, dtype=np.float64), np.asarray(predictions, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise T2TError(
+            f"metric {name} needs numbers, got e.g. {targets[0]!r} and {predictions[0]!r}; "
+            "add a postprocess_fn that turns the text into floats."
+        ) from None
+
+
+def matthews_corrcoef(targets, predictions) -> dict:
+    """Matthews correlation × 100 (CoLA): {"matthews_corrcoef"}."""
+    targets, predictions = _check("matthews_corrcoef", targets, predictions)
+    return {"matthews_corrcoef": 100 * float(sklearn.metrics.matthews_corrcoef(targets, predictions))}
+
+
+def f1_score_with_invalid(targets, predictions) -> dict:
+    """Binary F1 × 100 where any prediction other than 0 or 1 counts as wrong: {"f1"}.
+
+    As t5: an invalid prediction (e.g. -1 from a label postprocessor that saw unknown text) is replaced by
+    the opposite of its target, so it becomes a false positive or a false negative.
+    """
+    targets, predictions = _check("f1_score_with_invalid", targets, predictions)
+    targets = np.asarray(targets).astype(np.int64)
+    predictions = np.array(predictions, dtype=object)
+    invalid = np.array([not (_is_number(p) and p in (0, 1)) for p in predictions], dtype=bool)
+    predictions = np.where(invalid, 1 - targets, predictions).astype(np.int64)
+    return {"f1": 100 * float(sklearn.metrics.f1_score(targets, predictions))}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating, np.bool_))
+
+
+def sklearn_metrics_wrapper(
+    metric_str: str, metric_dict_str: str | None = None, metric_post_process_fn: Callable | None = None, **kwargs
+) -> MetricFn:
+    """A metric fn calling ``sklearn.metrics.<metric_str>(targets, predictions, **kwargs)`` (as t5's)."""
+    if not hasattr(sklearn.metrics, metric_str):
+        raise T2TError(f"sklearn.metrics has no {metric_str!r}; pass the name of a function in sklearn.metrics.")
+    key = metric_dict_str or metric_str
+
+    def metric(targets, predictions) -> dict:
+        targets, predictions = _check(key, targets, predictions)
+        value = getattr(sklearn.metrics, metric_str)(targets, predictions, **kwargs)
+        return {key: metric_post_process_fn(value) if metric_post_process_fn else value}
+
+    metric.__name__ = key
+    return metric
+
+
+def mean_multiclass_f1(num_classes: int, **kwargs) -> MetricFn:
+    """Unweighted mean of the per-class F1 over classes 0..num_classes-1, × 100: {"mean_<n>class_f1"} (CB).
+
+    Predictions outside those classes (invalid text) only ever count as misses.
+    """
+    return sklearn_metrics_wrapper(
+        "fbeta_score",
+        metric_dict_str=f"mean_{num_classes}class_f1",
+        metric_post_process_fn=lambda value: 100 * float(value),
+        beta=1,
+        labels=range(num_classes),
+        average="macro",
+        **kwargs,
+    )
+
+
+# -- generation -----------------------------------------------------------------------------------------------
+
+
+def bleu(targets, predictions, tokenizer: str = "intl") -> dict:
+    """Corpus BLEU from sacrebleu with t5's settings: {"bleu"}.
+
+    ``targets`` holds one reference string per example, or a list of reference strings per example.
+    """
+    targets, predictions = _check("bleu", targets, predictions)
+    if isinstance(targets[0], (list, tuple)):
+        most = max(len(refs) for refs in targets)
+        streams = [[refs[k] if k < len(refs) else None for refs in targets] for k in range(most)]
+    else:
+        streams = [targets]
+    score = sacrebleu.corpus_bleu(
+        predictions,
+        streams,
+        smooth_method="exp",
+        smooth_value=0.0,
+        force=False,
+        lowercase=False,
+        tokenize=tokenizer,
+        use_effective_order=False,
+    )
+    return {"bleu": score.score}
+
+
+def rouge(targets, predictions, score_keys: Sequence[str] | None = None, tokenizer=None, bootstrap_seed: int = 0):
+    """ROUGE F-measures × 100 as t5 reports them: {"rouge1", "rouge2", "rougeLsum"} by default.
+
+    As t5: no stemming; " . " becomes " .\\n" in both texts so that rougeLsum sees sentences; scores are
+    aggregated with rouge-score's BootstrapAggregator and the median ("mid") of the resampled means is
+    reported (resampling seeded with ``bootstrap_seed``, numpy's global random state left as it was).
+    """
+    targets, predictions = _check("rouge", targets, predictions)
+    score_keys = list(score_keys or ["rouge1", "rouge2", "rougeLsum"])
+    scorer = rouge_scorer.RougeScorer(score_keys, tokenizer=tokenizer)
+    aggregator = scoring.BootstrapAggregator()
+    for target, prediction in zip(targets, predictions):
+        aggregator.add_scores(scorer.score(target=_sentence_lines(target), prediction=_sentence_lines(prediction)))
+    saved = np.random.get_state()
+    np.random.seed(bootstrap_seed)
+    try:
+        result = aggregator.aggregate()
+    finally:
+        np.random.set_state(saved)
+    return {key: 100 * float(result[key].mid.fmeasure) for key in score_keys}
+
+
+def _sentence_lines(summary: str) -> str:
+    return summary.replace(" . ", " .\n")
+
+
+# -- question answering -------------------------------------------------------------------------------------
+
+
+def normalize_squad(answer: str) -> str:
+    """The official SQuAD normalisation: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
+    answer = answer.lower()
+    answer = "".join(ch for ch in answer if ch not in _PUNCTUATION)
+    answer = re.sub(r"\b(a|an|the)\b", " ", answer)
+    return " ".join(answer.split())
+
+
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def _token_f1(target: str, prediction: str) -> float:
+    predicted, expected = prediction.split(), target.split()
+    common = sum((collections.Counter(predicted) & collections.Counter(expected)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad(targets, predictions) -> dict:
+    """SQuAD exact match and token F1 × 100, each the best over an example's answers: {"em", "f1"}.
+
+    ``targets`` holds a list of answer strings per example (a single string counts as one answer).
+    """
+    targets, predictions = _check("squad", targets, predictions)
+    answers = [[normalize_squad(a) for a in ([t] if isinstance(t, str) else t)] for t in targets]
+    if any(not a for a in answers):
+        raise T2TError("metric squad got an example with no reference answers; give every example at least one.")
+    predictions = [normalize_squad(p) for p in predictions]
+    em = np.mean([max(float(a == p) for a in refs) for refs, p in zip(answers, predictions)])
+    f1 = np.mean([max(_token_f1(a, p) for a in refs) for refs, p in zip(answers, predictions)])
+    return {"em": 100 * float(em), "f1": 100 * float(f1)}
+
+
+# -- grouped examples (MultiRC, ReCoRD) ---------------------------------------------------------------------
+
+
+def mean_group_metric(metric_fn: MetricFn, group_key: str = "group", value_key: str = "value") -> MetricFn:
+    """A metric fn averaging ``metric_fn`` over groups; targets and predictions are dicts holding
+    ``group_key`` (targets) and ``value_key`` (both), as t5's (e.g. MultiRC's per-question exact match)."""
+
+    def metric(targets, predictions) -> dict:
+        targets, predictions = _check("mean_group_metric", targets, predictions)
+        groups: dict = collections.defaultdict(lambda: ([], []))
+        for target, prediction in zip(targets, predictions):
+            group = groups[target[group_key]]
+            group[0].append(target[value_key])
+            group[1].append(prediction[value_key])
+        scores = collections.defaultdict(list)
+        for group_targets, group_predictions in groups.values():
+            for name, value in metric_fn(group_targets, group_predictions).items():
+                scores[name].append(value)
+        return {name: float(np.mean(values)) for name, values in scores.items()}
+
+    return metric
+
+
+def deduplicate_metric(metric_fn: MetricFn, group_key: str = "group", value_key: str = "value") -> MetricFn:
+    """A metric fn that scores only the first example of each group (t5's, e.g. for ReCoRD)."""
+
+    def metric(targets, predictions) -> dict:
+        targets, predictions = _check("deduplicate_metric", targets, predictions)
+        seen, kept_targets, kept_predictions = set(), [], []
+        for target, prediction in zip(targets, predictions):
+            if target[group_key] not in seen:
+                seen.add(target[group_key])
+                kept_targets.append(target[value_key])
+                kept_predictions.append(prediction[value_key])
+        return metric_fn(kept_targets, kept_predictions)
+
+    return metric
+
+
+def on_values(metric_fn: MetricFn, value_key: str = "value") -> MetricFn:
+    """A metric fn scoring the ``value_key`` of target and prediction dicts with ``metric_fn`` (every example
+    counts, its group is ignored), e.g. AX-g's accuracy beside its per-pair gender parity."""
+
+    def metric(targets, predictions) -> dict:
+        targets, predictions = _check(getattr(metric_fn, "__name__", "on_values"), targets, predictions)
+        return metric_fn([t[value_key] for t in targets], [p[value_key] for p in predictions])
+
+    metric.__name__ = getattr(metric_fn, "__name__", "on_values")
+    return metric
+
+
+def multirc_f1_over_all_answers(targets, predictions) -> dict:
+    """``f1_score_with_invalid`` over the "value" of every MultiRC answer dict: {"f1"}."""
+    return on_values(f1_score_with_invalid)(targets, predictions)
+
+
+def gender_parity(targets, predictions, group_key: str = "group", value_key: str = "value") -> dict:
+    """AX-g's gender parity × 100 as the SuperGLUE leaderboard reports it (jiant's ``GenderParity``): the
+    share of sentence pairs that differ only in the pronoun's gender whose predictions agree:
+    {"gender_parity"}.
+
+    Targets are dicts holding the pair's ``group`` (e.g. the shared hypothesis); predictions hold ``value``.
+    A pair cut short (e.g. by ``--max-examples``) is left out; with no whole pair the score is NaN.
+    """
+    targets, predictions = _check("gender_parity", targets, predictions)
+    pairs: dict = collections.defaultdict(list)
+    for target, prediction in zip(targets, predictions):
+        pairs[target[group_key]].append(prediction[value_key])
+    agree = [len(set(values)) == 1 for values in pairs.values() if len(values) > 1]
+    return {"gender_parity": 100 * float(np.mean(agree)) if agree else float("nan")}
