@@ -32,3 +32,16 @@ def t5_vocab_path(data_dir: Path) -> Path:
     if not path.exists():
         pytest.skip(f"real-data test: {path} is missing")
     return path
+
+
+REAL_DATA_FIXTURES = {"data_dir", "t5_vocab_path"}
+
+
+def pytest_collection_modifyitems(items):
+    """Tiers for `pytest -m`: ``real_data`` for tests that read T2T_DATA_DIR, ``unit`` for every test not
+    marked ``integration`` (modules and tests that run CLIs, subprocesses or training runs say so)."""
+    for item in items:
+        if REAL_DATA_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.real_data)
+        if item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.unit)

@@ -4,8 +4,12 @@ after it was moved, from another folder, with a data dir that has no vocab/ (rea
 import json
 import shutil
 
+import pytest
+
 from t2t.cli.main import eval_main, predict_main, train_main, vocab_main
 from t2t.data.task import get_task
+
+pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
 
 CORPUS_SLICE_LINES = 3000  # of one corpus book: a 500-piece vocabulary trains on it in about a second
 

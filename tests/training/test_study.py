@@ -14,6 +14,8 @@ from t2t.evaluation.results import best_checkpoints, task_score
 from t2t.training.study import StudyConfig, rows
 from t2t.testing import tiny_vocabulary
 
+pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
+
 TASKS_MODULE = textwrap.dedent("""
     from t2t.evaluation import metrics
     from t2t.data.sources import InMemorySource

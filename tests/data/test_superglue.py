@@ -380,6 +380,7 @@ def test_superglue_average_as_t5_counts_it():
     assert "super_glue_record_v102" in average["missing"] and "glue" not in benchmark_averages(results)
 
 
+@pytest.mark.integration
 def test_train_and_evaluate_the_superglue_mixture_end_to_end(data_dir, tmp_path):
     """Trains on the SuperGLUE tasks with local train data, then evaluates every task with local validation
     data and prints the SuperGLUE average (ReCoRD, BoolQ's train split and DPR are not on disk)."""

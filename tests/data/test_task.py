@@ -16,7 +16,7 @@ from t2t.data.task import (MIXTURES, TASKS, Feature, Mixture, Task, get_mixture,
                       load_modules, member_tasks, register_mixture, register_task)
 from t2t.testing import in_memory_task, registered, tiny_vocabulary
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
 ROWS = [{"inputs": "the first question", "targets": "yes"}, {"inputs": "a second one", "targets": "no"}]
 
 

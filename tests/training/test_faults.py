@@ -36,6 +36,8 @@ from t2t.testing import tiny_vocabulary
 from test_checkpoint import logits_of, tiny_model, trained_optimizer
 from test_train import TASK, TINY_MODEL, copy_task_module_text, settings
 
+pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
+
 STEPS, SAVE_EVERY = 6, 3
 
 

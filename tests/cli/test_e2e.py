@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
+
 SMALL = ["--model", "t5-tiny", "--batch-size", "8", "--log-every", "4", "--save-every", "12",
          "--set", "input_length=64", "--set", "target_length=8", "--set", "optimizer.name=adamw",
          "--set", "optimizer.learning_rate=3e-3", "--set", "dropout_rate=0.1"]

@@ -5,7 +5,7 @@ import json
 import math
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "summarize_study.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "summarize_study.py"
 
 
 def load_summary():

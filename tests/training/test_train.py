@@ -21,6 +21,8 @@ from t2t.data.task import TASKS, Task, register_task
 from t2t.testing import tiny_vocabulary
 from t2t.training.train import TrainConfig, train
 
+pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
+
 TASK = "test_train_copy"
 TINY_MODEL = dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.1)
 

@@ -43,6 +43,7 @@ register_task(Task("cli_copy", JsonlFiles({"train": rows, "validation": rows}), 
 '''
 
 
+@pytest.mark.integration
 def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
     """datasets' split-generation bars, the training bar and the nested in-training eval bar all draw with
     carriage returns and cursor moves; in a log file they must be plain lines."""
@@ -78,7 +79,7 @@ def test_every_flag_says_what_it_does_and_help_shows_an_example(command):
 
 def test_settings_reference_is_in_sync_with_the_dataclasses():
     """docs/settings.md is generated: run `python -m t2t.cli.settings_doc > docs/settings.md` after a change."""
-    assert (Path(__file__).parent.parent / "docs" / "settings.md").read_text() == settings_doc.render()
+    assert (Path(__file__).parents[2] / "docs" / "settings.md").read_text() == settings_doc.render()
 
 
 def test_settings_reference_lists_each_setting_with_type_default_and_comment():

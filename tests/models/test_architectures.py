@@ -180,6 +180,7 @@ def test_beam_search_and_sampling_condition_on_the_prefix(architecture):
     assert torch.equal(top1, greedy)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_each_architecture_learns_rte_and_t2t_eval_reports_accuracy(architecture, data_dir, tmp_path):
     from t2t.cli.main import eval_main, train_main

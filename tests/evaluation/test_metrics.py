@@ -217,6 +217,7 @@ def test_unknown_sklearn_metric():
         metrics.sklearn_metrics_wrapper("not_a_metric")
 
 
+@pytest.mark.integration
 def test_import_t2t_leaves_the_metric_libraries_until_metrics_is_used():
     code = ("import sys, t2t; heavy = ('scipy', 'sklearn', 'sacrebleu', 'rouge_score');"
             "assert not [m for m in heavy if m in sys.modules], 'import t2t loaded a metric library';"
