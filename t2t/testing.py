@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 from t2t.data.vocab import DEFAULT_EXTRA_IDS, SentencePieceVocabulary, train_vocabulary
+from t2t.data.sources import InMemorySource
+from t2t.data.task import MIXTURES, TASKS, Mixture, Task, load_builtin_modules, register_mixture, register_task
 
 __all__ = ["TINY_TEXT", "tiny_vocabulary"]
 
@@ -99,8 +101,6 @@ def in_memory_task(name: str, examples: "dict[str, list[dict]]", **task_fields):
     ``task_fields`` are the other Task fields (``preprocessors``, ``postprocess_fn``, ``metric_fns``, ...).
     Without ``preprocessors`` the examples must already carry ``inputs`` and ``targets`` strings.
     """
-    from t2t.data.sources import InMemorySource
-    from t2t.data.task import Task
     return Task(name=name, source=InMemorySource(examples), **task_fields)
 
 
@@ -116,9 +116,7 @@ class registered:
         self.aliases = aliases or {}
 
     def __enter__(self):
-        from t2t.data.task import MIXTURES, TASKS, Mixture, register_mixture, register_task
-        from t2t.data.task import _load_builtins_once
-        _load_builtins_once()  # built-ins first, so a later lookup does not collide with these
+        load_builtin_modules()  # built-ins first, so a later lookup does not collide with these
         self._done = []
         try:
             for item in self.items:

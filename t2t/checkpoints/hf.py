@@ -25,6 +25,7 @@ from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig
 from t2t.data.vocab import SentencePieceVocabulary
+from t2t.hub import hub_failure
 
 HF_MODEL_TYPES = ("t5", "mt5")  # mT5 is T5 1.1 under another name
 _HF_DENSE = "DenseReluDense"
@@ -251,7 +252,6 @@ def _hub_error(repo_id: str, e: Exception) -> T2TError:
     """One sentence for a failed hub download: not found, gated, refused, rate-limited, offline, other."""
     from huggingface_hub import constants
 
-    from t2t.hub import hub_failure
     failure = hub_failure(e, offline=constants.HF_HUB_OFFLINE)
     status = getattr(getattr(e, "response", None), "status_code", None)
     if failure == "gated":

@@ -31,6 +31,7 @@ from t2t.checkpoints import native as checkpoint
 from t2t import config
 from t2t.checkpoints.durable import write_atomic
 from t2t.errors import T2TError
+from t2t.models.t5 import resolve_model_config
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,6 @@ def model_changes(recorded: Any, setting: Any) -> list[tuple[str, Any, Any]]:
     """How the ``model`` setting differs from the model a run recorded (all its fields): fields set from
     other settings (the vocabulary, dropout_rate, transfer.adapter_dim) are not compared; a preset file that
     is not readable here cannot differ (resuming builds the run's own model)."""
-    from t2t.models.t5 import resolve_model_config
     if setting == recorded or not isinstance(recorded, dict):
         return [] if setting == recorded else [("model", recorded, setting)]
     try:

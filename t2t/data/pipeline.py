@@ -25,6 +25,7 @@ from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
 from t2t.data.sources import DataNotFoundError
 from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
 from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos
+from t2t.data.features import get_converter
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +171,6 @@ class TrainBatches:
                  skip_unavailable: bool = False, split: str = "train", architecture: str = "encoder_decoder",
                  max_tokens: int | None = None, mixing_maximum: float | None = None,
                  mixing_temperature: float | None = None):
-        from t2t.data.features import get_converter
-
         if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
             raise T2TError(f"rank {rank!r} / world_size {world_size!r} are not a valid process layout; rank must "
                            f"be in 0..world_size-1.")

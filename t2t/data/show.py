@@ -14,7 +14,7 @@ from typing import Iterator
 
 from t2t.errors import T2TError
 from t2t.data.sources import resolve_data_dir
-from t2t.data.task import MIXTURES, TASKS, Mixture, Task, _load_builtins_once, get_task, get_task_or_mixture
+from t2t.data.task import MIXTURES, TASKS, Mixture, Task, load_builtin_modules, get_task, get_task_or_mixture
 
 SHOW_CHUNK = 256
 
@@ -57,7 +57,7 @@ def _add_tokens(task: Task, rows: list[dict], vocab) -> None:
 def registry_table(data_dir=None) -> list[dict]:
     """Rows for ``t2t-tasks``: tasks, then mixtures, each sorted by name. Reads no data (split sizes are the
     sources' declared ones; ``local_splits`` lists the splits found under the data dir, where a source can tell)."""
-    _load_builtins_once()
+    load_builtin_modules()
     aliases: dict[str, list[str]] = {}
     for registry in (TASKS, MIXTURES):
         for short, full in registry.aliases().items():

@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from t2t.errors import T2TError
+from t2t.hub import hub_failure
 
 PathLike = str | os.PathLike
 
@@ -87,7 +88,6 @@ def _load_dataset(path: str, what: str, fix: str = "check the name and the files
     only when the data is absent or offline mode forbids fetching it: refused access and rate limits are
     errors to fix, the hub out of reach is HubUnreachableError."""
     import datasets
-    from t2t.hub import hub_failure
     try:
         return datasets.load_dataset(path, **kwargs)
     except Exception as e:  # datasets raises many types

@@ -41,6 +41,7 @@ from t2t.errors import T2TError
 from t2t.registry import Registry
 from t2t.data.sources import DataNotFoundError
 from t2t.data.tokenized import eval_examples
+from t2t.data.mixing import with_rate_options
 
 # The modules `t2t-train`, `t2t-eval`, `t2t-show` and `t2t-tasks` load before looking a name up.
 # Modules that are not installed (yet) are passed over; an error inside an existing module is raised.
@@ -296,13 +297,12 @@ class Mixture:
         """``(task name, rate)`` for every task sampled, member mixtures expanded (see the class docstring);
         a rate is a number or a function of the task, as in ``tasks``. ``maximum`` (K) and ``temperature``
         (T) replace those of the examples-proportional rates (§3.5.2; ``t2t.data.mixing.with_rate_options``)."""
-        from t2t.data.mixing import with_rate_options
         if self.name in _outer:
             raise T2TError(f"mixture {self.name!r} contains itself (through {' -> '.join(_outer)}); remove the "
                            f"loop.")
         parts: dict[str, list] = {}
         for name, rate in self.tasks:
-            _load_builtins_once()
+            load_builtin_modules()
             if name in TASKS or name not in MIXTURES:
                 parts.setdefault(TASKS.resolve(name) if name in TASKS else name, []).append(
                     with_rate_options(rate, maximum, temperature))
@@ -397,7 +397,7 @@ def _check_free(name: str) -> None:
 
 
 def get_task(name: str) -> Task:
-    _load_builtins_once()
+    load_builtin_modules()
     if name not in TASKS and name in MIXTURES:
         raise T2TError(f"{name!r} is a mixture, not a task; give one of its tasks "
                        f"({', '.join(MIXTURES.get(name).task_names)}).")
@@ -407,7 +407,7 @@ def get_task(name: str) -> Task:
 
 
 def get_mixture(name: str) -> Mixture:
-    _load_builtins_once()
+    load_builtin_modules()
     if name not in MIXTURES:
         raise T2TError(_unknown_message("mixture", name))
     return MIXTURES.get(name)
@@ -415,7 +415,7 @@ def get_mixture(name: str) -> Mixture:
 
 def get_task_or_mixture(name: str) -> Task | Mixture:
     """A registered task or mixture by name or alias; an unknown name lists the closest registered names."""
-    _load_builtins_once()
+    load_builtin_modules()
     if name in TASKS:
         return TASKS.get(name)
     if name in MIXTURES:
@@ -451,7 +451,7 @@ def _registered_names() -> set[str]:
     return set(TASKS.names()) | set(MIXTURES.names())
 
 
-def _load_builtins_once() -> None:
+def load_builtin_modules() -> None:
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True
@@ -466,7 +466,7 @@ def load_modules(extra: Iterable[str] = ()) -> list[str]:
     Python imports a module once per process, so calling this again never registers anything twice.
     Returns the names of the modules imported.
     """
-    _load_builtins_once()
+    load_builtin_modules()
     loaded = [m for m in BUILTIN_MODULES if m in sys.modules]
     for spec in extra or ():
         loaded.append(_import_user_module(str(spec)))

@@ -11,26 +11,36 @@ generator sources have no files to cache beside, and because GLUE-sized splits t
 megabytes to hold. Streaming sources (``source.streaming``) are never cached (``t2t.data.pipeline`` reads them
 afresh each epoch through ``iter_tokenized``).
 
-This module knows tasks only through their attributes, so ``t2t.data.task`` can import it (``Task.examples``)
-without a cycle.
+This module knows tasks only through their attributes (``TokenizableTask``), so ``t2t.data.task`` can import it
+(``Task.examples``) without a cycle.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from t2t.errors import T2TError
 from t2t.data.sources import resolve_data_dir
 
-if TYPE_CHECKING:
-    from t2t.data.task import Task
+
+class TokenizableTask(Protocol):
+    """What this module reads of a ``t2t.data.task.Task``."""
+
+    name: str
+    output_features: Mapping[str, Any]
+    tokenized_preprocessors: Sequence[Callable]
+
+    def text_examples(self, split: str, data_dir=None) -> Iterator[dict]: ...
+
+    def check_split(self, split: str) -> None: ...
+
 
 TOKENIZE_CHUNK = 1024
 
-_CACHE: dict[tuple, tuple[Task, list[dict]]] = {}
+_CACHE: dict[tuple, tuple[TokenizableTask, list[dict]]] = {}
 
 
 def clear_cache() -> None:
@@ -38,14 +48,14 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _feature_vocab(task: Task, key: str, vocab):
+def _feature_vocab(task: TokenizableTask, key: str, vocab):
     feature_vocab = task.output_features[key].vocabulary or vocab
     if feature_vocab is None:
         raise T2TError(f"task {task.name!r} needs a vocabulary to tokenize {key!r}; pass vocab= (or --vocab).")
     return feature_vocab
 
 
-def _tokenize_chunk(task: Task, chunk: list[dict], vocab) -> list[dict]:
+def _tokenize_chunk(task: TokenizableTask, chunk: list[dict], vocab) -> list[dict]:
     out = [dict(ex) for ex in chunk]
     for key in task.output_features:
         have = [i for i, ex in enumerate(chunk) if key in ex]
@@ -72,7 +82,7 @@ def _tokenize_chunk(task: Task, chunk: list[dict], vocab) -> list[dict]:
     return out
 
 
-def iter_tokenized(task: Task, split: str, vocab, data_dir=None,
+def iter_tokenized(task: TokenizableTask, split: str, vocab, data_dir=None,
                    sequence_length: Mapping[str, int] | None = None) -> Iterator[dict]:
     """Tokenized examples in source order, through the task's tokenized (deterministic) stage; lazy."""
 
@@ -96,7 +106,7 @@ def iter_tokenized(task: Task, split: str, vocab, data_dir=None,
     return iter(stream)
 
 
-def tokenized_split(task: Task, split: str, vocab, data_dir=None,
+def tokenized_split(task: TokenizableTask, split: str, vocab, data_dir=None,
                     sequence_length: Mapping[str, int] | None = None) -> list[dict]:
     """The whole split tokenized (cached; see the module docstring). Token ids carry no EOS yet."""
     lengths = tuple(sorted(sequence_length.items())) if (task.tokenized_preprocessors and sequence_length) else None
@@ -110,12 +120,12 @@ def tokenized_split(task: Task, split: str, vocab, data_dir=None,
     return _CACHE[key][1]
 
 
-def eos_id(task: Task, key: str, vocab) -> int:
+def eos_id(task: TokenizableTask, key: str, vocab) -> int:
     """The EOS id of feature ``key``'s vocabulary (the run's ``vocab`` unless the feature has its own)."""
     return int(_feature_vocab(task, key, vocab).eos_id)
 
 
-def eval_examples(task: Task, split: str, vocab, data_dir=None,
+def eval_examples(task: TokenizableTask, split: str, vocab, data_dir=None,
                   sequence_length: Mapping[str, int] | None = None, max_examples: int | None = None) -> list[dict]:
     """``task.examples``: source order, EOS appended (no trimming, no random preprocessors); with
     ``max_examples`` only the first ones are read and tokenized (not cached)."""
@@ -137,7 +147,7 @@ def eval_examples(task: Task, split: str, vocab, data_dir=None,
     return out
 
 
-def trim_and_append_eos(task: Task, features: Mapping[str, Any], sequence_length: Mapping[str, int],
+def trim_and_append_eos(task: TokenizableTask, features: Mapping[str, Any], sequence_length: Mapping[str, int],
                         vocab) -> tuple[dict, bool]:
     """T5's ``append_eos_after_trim``: features cut to their length, keeping room for EOS, which comes last.
 

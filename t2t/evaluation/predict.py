@@ -20,6 +20,7 @@ from t2t.errors import T2TError
 from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, trim_inputs,
                           with_run_settings)
 from t2t.data.task import Task, get_task_or_mixture, load_modules
+from t2t.checkpoints.run import find_run
 
 DEFAULT_MAX_LENGTH = 128  # decoded tokens when neither --max-length nor the run's target_length says
 
@@ -82,6 +83,5 @@ def max_length(cfg: PredictConfig) -> int:
     """--max-length, else the run's target length, else DEFAULT_MAX_LENGTH."""
     if cfg.max_length:
         return cfg.max_length
-    from t2t.checkpoints.run import find_run
     run = find_run(cfg.checkpoint)
     return (run.settings.get("target_length") if run else None) or DEFAULT_MAX_LENGTH

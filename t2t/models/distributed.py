@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from t2t.errors import T2TError
+from t2t.models.t5 import Block
 
 
 @contextlib.contextmanager
@@ -108,7 +109,6 @@ def wrap_model(model: torch.nn.Module, parallelism: str, device: torch.device) -
     if parallelism == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
-        from t2t.models.t5 import Block
         for block in [m for m in model.modules() if isinstance(m, Block)]:
             fully_shard(block)
         return fully_shard(model)

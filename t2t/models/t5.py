@@ -47,6 +47,7 @@ from torch import nn
 from t2t import config as config_lib
 from t2t.errors import T2TError
 from t2t.models.kernels import Dropout, Linear, attention, linear
+from t2t.models import decoding
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -603,12 +604,10 @@ class T5(nn.Module):
     def generate(self, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, **kwargs) -> torch.Tensor:
         """Decoded ids [B, ≤max_new_tokens] (greedy by default); see :func:`t2t.models.decoding.generate`.
         Decoder-only models continue ``[start] + inputs`` (the inputs are their prefix)."""
-        from t2t.models import decoding
         return decoding.generate(self, encoder_input_tokens, max_new_tokens=max_new_tokens, **kwargs)
 
     def score(self, encoder_input_tokens: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
         """[B] sum of target-token log-probabilities (0 = padding, ignored); see :func:`t2t.models.decoding.score`."""
-        from t2t.models import decoding
         return decoding.score(self, encoder_input_tokens, target_tokens)
 
     # -- incremental decoding (used by t2t.models.decoding) -------------------------------------------------------

@@ -34,6 +34,7 @@ from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics
 from t2t.data.task import get_task_or_mixture, load_modules
 from t2t.training.transfer import TransferConfig, describe_trainable, prepare_transfer
 from t2t.data.vocab import load_vocabulary
+from t2t.evaluation.evaluate import validation_metrics
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +354,6 @@ def unwrap(objective: torch.nn.Module) -> "TrainingObjective":
 def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):
     """A callable model → {"eval/<task>/<metric>": value} over the validation splits of ``eval_mixture``
     (default: the training mixture, less the members a --skip-unavailable run never trained)."""
-    from t2t.evaluation.evaluate import validation_metrics
     name = cfg.eval_mixture or cfg.mixture
     get_task_or_mixture(name)  # a misspelt name fails before training starts
 
