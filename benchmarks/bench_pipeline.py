@@ -156,11 +156,11 @@ def bench_glue(vocab, data_dir, n_batches: int) -> dict:
 
 
 def bench_model_step(batch: dict, steps: int) -> dict:
-    from t2t.models.t5 import T5, load_model_config
+    from t2t.models.t5 import T5, resolve_model_config
     from t2t.training.optim import OptimizerConfig, build_optimizer
 
     torch.manual_seed(0)
-    model = T5(load_model_config("t5-small"))
+    model = T5(resolve_model_config("t5-small"))
     model.train()
     optimizer = build_optimizer(model, OptimizerConfig())
     times = []

@@ -18,13 +18,8 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
 
-    def register(self, name: str, obj: T | None = None):
-        """Register ``obj`` under ``name``; without ``obj`` returns a decorator."""
-        if obj is None:
-            def decorator(o: T) -> T:
-                self.register(name, o)
-                return o
-            return decorator
+    def register(self, name: str, obj: T) -> T:
+        """Register ``obj`` under ``name``."""
         if name in self._items or name in self._aliases:
             raise T2TError(f"{self.kind} {name!r} is already registered; choose another name or remove the "
                            f"earlier registration.")
@@ -45,12 +40,11 @@ class Registry(Generic[T]):
         full = self.resolve(name)
         if full in self._items:
             return self._items[full]
-        raise T2TError(self.unknown_message(name))
+        raise T2TError(unknown_name_message(self.kind, name, self.known_names()))
 
-    def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(name, list(self._items) + list(self._aliases), n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(close)}?" if close else "run `t2t-tasks` to list the registered names."
-        return f"unknown {self.kind} {name!r}; {hint}"
+    def known_names(self) -> list[str]:
+        """The registered names and aliases."""
+        return list(self._items) + list(self._aliases)
 
     def __contains__(self, name: str) -> bool:
         return self.resolve(name) in self._items
@@ -70,3 +64,8 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
+def unknown_name_message(kind: str, name: str, known: list[str]) -> str:
+    """The sentence for a name that is not registered, with up to three close matches among ``known``."""
+    close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else "run `t2t-tasks` to list the registered names."
+    return f"unknown {kind} {name!r}; {hint}"

@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 
 from t2t.checkpoints import durable
-from t2t.errors import T2TError
+from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5
 
 def read_json(path: Path, what: str) -> dict:
@@ -74,10 +74,6 @@ def torch_load(path: Path, what: str) -> Any:
                        f"corrupt.") from None
 
 
-def error_summary(e: BaseException) -> str:
-    """The first sentence of an exception's message (reasons are quoted inside our one sentence)."""
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0].split(". ")[0].rstrip(".")
 
 
 def write_text(path: Path, text: str) -> None:

@@ -19,10 +19,10 @@ import torch
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
-from t2t.checkpoints.files import (assign_weights, check_state_dict, error_summary, expected_shapes, read_json,
+from t2t.checkpoints.files import (assign_weights, check_state_dict, expected_shapes, read_json,
                                    read_safetensors, torch_load, write_text, write_with)
 from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
-from t2t.errors import T2TError
+from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5, ModelConfig
 from t2t.data.vocab import SentencePieceVocabulary
 from t2t.hub import hub_failure

@@ -49,8 +49,8 @@ from safetensors.torch import save_file
 
 from t2t import config as config_lib
 from t2t.checkpoints import durable
-from t2t.errors import T2TError
-from t2t.checkpoints.files import (check_state_dict, error_summary, expected_shapes, read_json, read_safetensors,
+from t2t.errors import T2TError, error_summary
+from t2t.checkpoints.files import (check_state_dict, expected_shapes, read_json, read_safetensors,
                                    torch_load, write_text, write_torch, write_with)
 from t2t.models.t5 import T5
 
@@ -114,7 +114,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_s
         if save_rng:
             write_torch(tmp / RNG_FILE, get_rng_state())
         if settings is not None:
-            write_text(tmp / SETTINGS_FILE, yaml.safe_dump(_plain(settings), sort_keys=False))
+            write_text(tmp / SETTINGS_FILE, yaml.safe_dump(_yaml_safe(settings), sort_keys=False))
         if base is not None:
             write_text(tmp / BASE_FILE, json.dumps({"base": base}, indent=2))
         _write_checksums(tmp)
@@ -199,7 +199,7 @@ def base_reference(init_from: str, resumed_from: Path | None = None) -> str:
     return str((latest or path).resolve())
 
 
-def _plain(obj: Any) -> Any:
+def _yaml_safe(obj: Any) -> Any:
     """Settings as YAML-safe builtins (tuples → lists, paths → strings)."""
     return json.loads(json.dumps(obj, default=str))
 

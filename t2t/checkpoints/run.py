@@ -147,7 +147,7 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, 
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             found += differences(a, b, f"{prefix}{key}.")
-        elif _plain(a) != _plain(b):
+        elif _comparable(a) != _comparable(b):
             found.append((f"{prefix}{key}", a, b))
     return found
 
@@ -291,9 +291,9 @@ def _has_key(settings: dict, dotted: str) -> bool:
     return True
 
 
-def _plain(value: Any) -> Any:
+def _comparable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
 def _show(value: Any) -> str:
-    return str(_plain(value))
+    return str(_comparable(value))

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from t2t.checkpoints.files import assign_weights, check_state_dict, error_summary, expected_shapes
-from t2t.errors import T2TError
+from t2t.checkpoints.files import assign_weights, check_state_dict, expected_shapes
+from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5, ModelConfig
 
 

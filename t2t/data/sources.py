@@ -47,7 +47,7 @@ def resolve_data_dir(data_dir: PathLike | None = None) -> Path | None:
     return path
 
 
-def _first_line(error: BaseException) -> str:
+def _error_with_type(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
@@ -92,9 +92,9 @@ def _load_dataset(path: str, what: str, fix: str = "check the name and the files
         return datasets.load_dataset(path, **kwargs)
     except Exception as e:  # datasets raises many types
         failure = hub_failure(e, offline=datasets.config.HF_HUB_OFFLINE)
-        cls, reason, own_fix = _HUB_FAILURES.get(failure, (T2TError, _first_line(e), None))
+        cls, reason, own_fix = _HUB_FAILURES.get(failure, (T2TError, _error_with_type(e), None))
         if failure == "not_found":
-            cls, reason = DataNotFoundError, f"not found ({_first_line(e)})"
+            cls, reason = DataNotFoundError, f"not found ({_error_with_type(e)})"
         raise cls(f"could not load {what} with datasets.load_dataset: {reason}; {own_fix or fix}.") from None
 
 
@@ -140,7 +140,7 @@ class DiskDataset(Source):
         try:
             ds = datasets.load_from_disk(str(path))
         except Exception as e:
-            raise T2TError(f"could not read the saved dataset at {path} ({_first_line(e)}); re-save it with "
+            raise T2TError(f"could not read the saved dataset at {path} ({_error_with_type(e)}); re-save it with "
                            f"save_to_disk.") from None
         if isinstance(ds, datasets.DatasetDict):
             if split not in ds:

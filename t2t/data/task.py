@@ -26,7 +26,6 @@ task/mixture modules (one explicit list, below) and any user modules or ``.py`` 
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import hashlib
 import importlib
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from t2t.errors import T2TError
-from t2t.registry import Registry
+from t2t.registry import Registry, unknown_name_message
 from t2t.data.sources import DataNotFoundError
 from t2t.data.tokenized import eval_examples
 from t2t.data.mixing import with_rate_options
@@ -277,7 +276,7 @@ class Mixture:
             name = member.name if isinstance(member, (Task, Mixture)) else member
             if not isinstance(name, str):
                 raise T2TError(f"mixture {self.name!r}: member {member!r} must be a task or mixture (or its name).")
-            if not (callable(rate) or _is_number(rate)) or (_is_number(rate) and rate < 0):
+            if not (callable(rate) or _is_plain_number(rate)) or (_is_plain_number(rate) and rate < 0):
                 raise T2TError(f"mixture {self.name!r}: the rate of {name!r} must be a non-negative number "
                                f"or a function of the task, got {rate!r}.")
             if name in dict(members):
@@ -307,7 +306,7 @@ class Mixture:
                 parts.setdefault(TASKS.resolve(name) if name in TASKS else name, []).append(
                     with_rate_options(rate, maximum, temperature))
                 continue
-            if not _is_number(rate):
+            if not _is_plain_number(rate):
                 raise T2TError(f"mixture {self.name!r}: member mixture {name!r} needs a number as its rate, got "
                                f"{rate!r}.")
             inner = MIXTURES.get(name)
@@ -381,7 +380,7 @@ def register_mixture(mixture: Mixture, aliases: Iterable[str] = ()) -> Mixture:
 
 def _register(registry: Registry, cls: type, item, aliases: Iterable[str]):
     if not isinstance(item, cls):
-        raise T2TError(f"register_{registry.kind} expects a t2t.data.task.{cls.__name__}, got {type(item).__name__}.")
+        raise T2TError(f"register_{registry.kind} expects a t2t.{cls.__name__}, got {type(item).__name__}.")
     _check_free(item.name)
     registry.register(item.name, item)
     for short in aliases:
@@ -433,12 +432,7 @@ def member_tasks(item: Task | Mixture | str) -> list[Task]:
 
 
 def _unknown_message(kind: str, name: str) -> str:
-    known = []
-    for registry in (TASKS, MIXTURES):
-        known += registry.names() + list(registry.aliases())
-    close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else "run `t2t-tasks` to list the registered names."
-    return f"unknown {kind} {name!r}; {hint}"
+    return unknown_name_message(kind, name, TASKS.known_names() + MIXTURES.known_names())
 
 
 # ---------------------------------------------------------------------------------------------- modules
@@ -511,7 +505,7 @@ def _import_user_module(spec: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- helpers
 
-def _is_number(x: Any) -> bool:
+def _is_plain_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
@@ -528,7 +522,3 @@ def describe_source(source: Any) -> str:
     describe = getattr(source, "describe", None)
     return describe() if callable(describe) else type(source).__name__
 
-
-def replace(task: Task, **changes) -> Task:
-    """A copy of ``task`` with fields changed (e.g. a new name for a variant)."""
-    return dataclasses.replace(task, **changes)

@@ -118,12 +118,12 @@ def f1_score_with_invalid(targets, predictions) -> dict:
     targets, predictions = _check("f1_score_with_invalid", targets, predictions)
     targets = np.asarray(targets).astype(np.int64)
     predictions = np.array(predictions, dtype=object)
-    invalid = np.array([not (_is_number(p) and p in (0, 1)) for p in predictions], dtype=bool)
+    invalid = np.array([not (_is_numeric(p) and p in (0, 1)) for p in predictions], dtype=bool)
     predictions = np.where(invalid, 1 - targets, predictions).astype(np.int64)
     return {"f1": 100 * float(sklearn.metrics.f1_score(targets, predictions))}
 
 
-def _is_number(value) -> bool:
+def _is_numeric(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating, np.bool_))
 
 

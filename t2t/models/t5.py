@@ -89,11 +89,6 @@ class ModelConfig:
         return self.architecture in ("encoder_decoder", "shared_encoder_decoder")
 
 
-def load_model_config(name_or_path: str | Path) -> ModelConfig:
-    """A preset name from ``configs/models`` (``t5-small``, ``t5.1.1-base``, ``t5-tiny`` …) or a YAML/JSON path."""
-    return resolve_model_config(name_or_path)
-
-
 def resolve_model_config(setting: str | Path | Mapping) -> ModelConfig:
     """The ``model`` setting: a preset name or file, or ``{"preset": name, <field>: value, …}`` whose fields
     override the preset's (``--set model.num_layers=3``); without a preset the fields override the defaults.
@@ -472,7 +467,7 @@ class T5(nn.Module):
     def from_config(cls, cfg: ModelConfig | str | Path, device: torch.device | str | None = None) -> "T5":
         """Build from a config or preset name; ``device="meta"`` builds without allocating memory."""
         if not isinstance(cfg, ModelConfig):
-            cfg = load_model_config(cfg)
+            cfg = resolve_model_config(cfg)
         with torch.device(device) if device is not None else contextlib.nullcontext():
             return cls(cfg)
 

@@ -20,7 +20,7 @@ from t2t.checkpoints.native import save_checkpoint  # noqa: E402
 from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError  # noqa: E402
 from t2t.checkpoints.hf import to_hf  # noqa: E402
-from t2t.models.t5 import T5, load_model_config  # noqa: E402
+from t2t.models.t5 import T5, resolve_model_config  # noqa: E402
 from t2t.testing import in_memory_task, registered, tiny_vocabulary  # noqa: E402
 from t2t.training.train import TrainConfig, train  # noqa: E402
 from t2t.data.vocab import SentencePieceVocabulary  # noqa: E402
@@ -89,7 +89,7 @@ def test_export_loads_in_transformers_with_the_same_logits_strings_and_ids(train
 def random_run(root: Path, vocab: SentencePieceVocabulary, preset: str = "t5-tiny", **changes) -> Path:
     """An untrained run of ``preset`` whose settings name ``vocab`` (as t2t-train records it)."""
     torch.manual_seed(0)
-    cfg = load_model_config(preset)
+    cfg = resolve_model_config(preset)
     for key, value in changes.items():
         setattr(cfg, key, value)
     save_checkpoint(root / "run", 1, T5(cfg), settings={"vocab": str(vocab.path)})

@@ -12,10 +12,10 @@ from t2t.evaluation.evaluate import validation_metrics
 def test_in_training_eval_leaves_out_members_dropped_for_missing_train_data(data_dir, t5_vocab_path):
     """QNLI has a local validation split but no train split: a --skip-unavailable run never trained it."""
     import torch
-    from t2t.models.t5 import T5, load_model_config
+    from t2t.models.t5 import T5, resolve_model_config
     from t2t.data.vocab import SentencePieceVocabulary
     torch.manual_seed(0)
-    model = T5(load_model_config("t5-tiny"))
+    model = T5(resolve_model_config("t5-tiny"))
     vocab = SentencePieceVocabulary(t5_vocab_path)
     trained = validation_metrics(model, "glue_v002", vocab, data_dir=data_dir, max_examples=2, batch_size=2,
                                  trained_only=True)
@@ -37,14 +37,14 @@ def small_glue(tmp_path):
     """A data dir with only STS-B and RTE validation files, and a random t5-tiny run saved at step 7."""
     import torch
     from t2t.checkpoints.native import save_checkpoint
-    from t2t.models.t5 import T5, load_model_config
+    from t2t.models.t5 import T5, resolve_model_config
     from t2t.testing import tiny_vocabulary
     for folder, text in (("STS-B", STSB_DEV), ("RTE", RTE_DEV)):
         (tmp_path / "data" / "glue" / folder).mkdir(parents=True)
         (tmp_path / "data" / "glue" / folder / "dev.tsv").write_text(text)
     vocab = tiny_vocabulary()
     torch.manual_seed(0)
-    cfg = load_model_config("t5-tiny")
+    cfg = resolve_model_config("t5-tiny")
     cfg.vocab_size = -(-vocab.vocab_size // 128) * 128
     save_checkpoint(tmp_path / "run", 7, T5(cfg))
     return tmp_path

@@ -11,7 +11,7 @@ from t2t.checkpoints import native as checkpoint
 from t2t.cli.main import eval_main
 from t2t.evaluation.evaluate import DecodingConfig, evaluate_task, trim_inputs
 from t2t.evaluation.metrics import accuracy
-from t2t.models.t5 import T5, ModelConfig, load_model_config
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.data.preprocessors import string_label_to_class_id
 from t2t.testing import in_memory_task, tiny_vocabulary
 
@@ -100,7 +100,7 @@ def test_generation_reports_throughput_truncation_and_max_examples():
 def tiny_run(tmp_path_factory):
     torch.manual_seed(0)
     run = tmp_path_factory.mktemp("run")
-    checkpoint.save_checkpoint(run, 1, T5(load_model_config("t5-tiny")))
+    checkpoint.save_checkpoint(run, 1, T5(resolve_model_config("t5-tiny")))
     return run
 
 
