@@ -1,7 +1,8 @@
 """docs/settings.md, generated from the settings dataclasses: ``python -m t2t.cli.settings_doc > docs/settings.md``.
 
 Each setting is listed with its type, its default and the comment written beside its field, so the
-reference cannot drift from the code (tests/test_settings_doc.py compares the file with ``render()``).
+reference cannot drift from the code (tests/cli/test_cli.py's
+``test_settings_reference_is_in_sync_with_the_dataclasses`` compares the file with ``render()``).
 """
 
 from __future__ import annotations

@@ -1,31 +1,27 @@
 """The model's hot operations on the CPU: linear layers on the fastest fp32 kernel, cheaper dropout masks.
+(What each choice measured, per CPU: benchmarks/README.md, "Model".)
 
 On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN (which PyTorch ships for
-its CPU convolutions and bf16 matmuls) is fast on others too. On a 2-core AMD EPYC (Zen 4) oneDNN measured
-157 GFLOP/s at 2048³ against MKL's 97, and 1.1–2× MKL's rate at the t5-small shapes for ``x @ W.T`` (the
-forward pass, up to 2× on the output layer) and ``grad @ W`` (the input gradient), about the same for
-``grad.T @ x`` (the weight gradient, so that one stays on MKL). On an Intel Xeon the two are equal
-(≈340 GFLOP/s), so the routing is neutral there (numbers: benchmarks/README.md, "Model"). Both are IEEE
-fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding.
-
-``linear`` takes that path only for fp32 CPU tensors with autocast off and outside ``torch.compile``
-(inductor cannot lower the oneDNN op; compiled code gets ``F.linear``); everything else (CUDA, bf16, meta
-tensors) is plain ``F.linear``.
+its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes ``x @ W.T`` (the forward
+pass) and ``grad @ W`` (the input gradient) to oneDNN, where it wins on AMD and ties on Intel, and leaves
+``grad.T @ x`` (the weight gradient, no faster there) on MKL. Both are IEEE fp32 kernels (no
+reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken only for
+fp32 CPU tensors with autocast off and outside ``torch.compile`` (inductor cannot lower the oneDNN op;
+compiled code gets ``F.linear``); everything else (CUDA, bf16, meta tensors) is plain ``F.linear``.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
-CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs make a t5-small training
-step 1.7–1.8× and greedy decoding 2.2× faster than fp32 (benchmarks/README.md, Intel Xeon with AMX); elsewhere
-bf16 is emulated and slower.
+CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
+elsewhere bf16 is emulated and slower.
 
-``Dropout`` is ``nn.Dropout`` whose CPU masks come from 31-bit words of torch's generator (``random_``, about
-2.5 GB/s here) split into two 15-bit draws each, instead of ``bernoulli_``, which took 15–19% of a t5-small
-training step on the CPU (5–6 ns per element). The drop probability is rounded to a multiple of 2^-15
-(0.1 → 0.100006; below 2^-16 it is 0) and the kept values are scaled by the exact inverse of the keep rate,
-so expectations are unchanged. Masks are a function of torch's seed alone (resume and per-step seeding hold),
-or, inside ``row_generators``, row ``b`` of every mask comes from its own generator: the trainer seeds each
-row from (seed, step, the row's index in the global batch), so a row gets the same masks whichever process
-and micro-batch it lands in (one ``random_`` call per row instead of one per mask: the 64 masks of a
-t5-small step at batch 8 × 128→16 took 47.7 ms of CPU time against 46.1 ms, ≈0.2% of the step). CUDA and compiled code use ``F.dropout`` with torch's generator.
+``Dropout`` is ``nn.Dropout`` whose CPU masks come from 31-bit words of torch's generator (``random_``)
+split into two 15-bit draws each, instead of ``bernoulli_``, which costs several nanoseconds an element and
+was a large share of a t5-small training step on the CPU. The drop probability is rounded to a multiple of
+2^-15 (0.1 → 0.100006; below 2^-16 it is 0) and the kept values are scaled by the exact inverse of the keep
+rate, so expectations are unchanged. Masks are a function of torch's seed alone (resume and per-step seeding
+hold), or, inside ``row_generators``, row ``b`` of every mask comes from its own generator: the trainer seeds
+each row from (seed, step, the row's index in the global batch), so a row gets the same masks whichever
+process and micro-batch it lands in (one ``random_`` call per row instead of one per mask). CUDA and
+compiled code use ``F.dropout`` with torch's generator.
 """
 
 from __future__ import annotations

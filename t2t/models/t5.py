@@ -28,7 +28,7 @@ of the stack uses it. All weights are [out_features, in_features] as in ``nn.Lin
 
 Surface used by the rest of t2t: ``T5(cfg)``, ``forward`` → logits, ``loss_sums(batch)`` (the trainer's
 fast path), ``generate`` / ``score`` (thin wrappers over :mod:`t2t.models.decoding`), ``encode``,
-``init_cache`` / ``decode_step`` (used by :mod:`t2t.models.decoding`), ``num_parameters``.
+``begin_decoding`` / ``decode_step`` / ``extend`` (used by :mod:`t2t.models.decoding`), ``num_parameters``.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ class Stack(nn.Module):
 
     def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every decoder layer's cross-attention (keys, values) of the encoder output, [B, H, S, d_kv] each
-        (computed once per decoding call; see ``T5.init_cache``)."""
+        (computed once per decoding call, in ``T5.begin_decoding``)."""
         return [b.cross_attn.keys_values(enc) for b in self.blocks]
 
     def forward(self, x, self_bias, enc=None, cross_bias=None):
@@ -616,7 +616,7 @@ class T5(nn.Module):
         cfg = self.config
         if cfg.has_encoder:
             enc = self.encode(encoder_input_tokens).repeat_interleave(num_beams, dim=0)  # [B*K, S, d]
-            cache = self.init_cache(enc, encoder_input_tokens.repeat_interleave(num_beams, dim=0), max_new_tokens)
+            cache = self._encoder_decoder_cache(enc, encoder_input_tokens.repeat_interleave(num_beams, dim=0), max_new_tokens)
             start = torch.full((enc.shape[0], 1), cfg.decoder_start_id, dtype=torch.long, device=enc.device)
             return cache, self.extend(start, cache)[:, 0]
         prefix, valid = left_aligned_prefixes(encoder_input_tokens, cfg.pad_id, cfg.decoder_start_id)
@@ -628,7 +628,7 @@ class T5(nn.Module):
                                 key_valid=key_valid)
         return cache, self.extend(prefix, cache)[:, -1]
 
-    def init_cache(self, enc: torch.Tensor, encoder_tokens: torch.Tensor, max_len: int) -> DecoderCache:
+    def _encoder_decoder_cache(self, enc: torch.Tensor, encoder_tokens: torch.Tensor, max_len: int) -> DecoderCache:
         """Cross-attention keys/values of ``enc`` [B, S, d] for every decoder layer, and empty self-attention
         buffers for ``max_len`` decoder tokens."""
         cache = self._new_cache(enc.shape[0], max_len, _compute_dtype(enc), enc.device)
