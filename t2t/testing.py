@@ -104,10 +104,10 @@ def in_memory_task(name: str, examples: "dict[str, list[dict]]", **task_fields):
     return Task(name=name, source=InMemorySource(examples), **task_fields)
 
 
-class registered:
+class temporarily_registered:
     """Register tasks/mixtures for the duration of a ``with`` block (or a test), then remove them again::
 
-        with registered(in_memory_task("my_task", {"train": rows})):
+        with temporarily_registered(in_memory_task("my_task", {"train": rows})):
             batches = build_train_batches("my_task", vocab=tiny_vocabulary(), ...)
     """
 
@@ -135,4 +135,6 @@ class registered:
         return False
 
 
-__all__ += ["in_memory_task", "registered"]
+registered = temporarily_registered  # its name before 0.2: users' task tests import it
+
+__all__ += ["in_memory_task", "temporarily_registered", "registered"]

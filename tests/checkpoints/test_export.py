@@ -21,7 +21,7 @@ from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError  # noqa: E402
 from t2t.checkpoints.hf import to_hf  # noqa: E402
 from t2t.models.t5 import T5, resolve_model_config  # noqa: E402
-from t2t.testing import in_memory_task, registered, tiny_vocabulary  # noqa: E402
+from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary  # noqa: E402
 from t2t.training.train import TrainConfig, train  # noqa: E402
 from t2t.data.vocab import SentencePieceVocabulary  # noqa: E402
 
@@ -50,7 +50,7 @@ def trained_run(tmp_path_factory) -> Path:
         mixture="export_copy", model=str(model), vocab=str(tiny_vocabulary().path), output_dir=str(root / "run"),
         train_steps=12, batch_size=6, input_length=16, target_length=16, pack=False, log_every=12,
         save_every=12, seed=1, dropout_rate=0.0, optimizer={"name": "adamw", "learning_rate": 1e-2}))
-    with registered(task):
+    with temporarily_registered(task):
         train(settings)
     return root / "run"
 

@@ -13,7 +13,7 @@ from t2t.errors import T2TError
 from t2t.data.pipeline import build_train_batches
 from t2t.data.sources import GeneratorSource, JsonlFiles
 from t2t.data.task import Mixture, Task, get_task
-from t2t.testing import in_memory_task, registered, tiny_vocabulary
+from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 WORDS = "the harbour town woke slowly on the first cold morning of autumn fishermen pulled their boats".split()
 
@@ -37,7 +37,7 @@ def tasks():
     a = in_memory_task("pipe_a", {"train": _rows(23, "alpha", 1)})
     b = in_memory_task("pipe_b", {"train": _rows(61, "beta", 2)})
     mix = Mixture("pipe_mix", [("pipe_a", 1.0), ("pipe_b", 2.0)])
-    with registered(a, b, mix):
+    with temporarily_registered(a, b, mix):
         yield a, b, mix
 
 
@@ -86,7 +86,7 @@ def test_resume_with_random_token_preprocessor(vocab):
         return {**features, "inputs": rng.permutation(features["inputs"])}
 
     task = in_memory_task("pipe_random", {"train": _rows(9, "gamma")}, token_preprocessors=[shuffle_tokens])
-    with registered(task):
+    with temporarily_registered(task):
         batches = _build(vocab, "pipe_random", pack=False)
         _take(batches, 2)
         state = batches.state_dict()
@@ -161,7 +161,7 @@ def test_bad_layouts(vocab, tasks):
 def test_trimming_keeps_eos_last_and_warns_once_with_count(vocab, caplog):
     rows = [{"inputs": "word " * 80, "targets": "short"}, {"inputs": "tiny", "targets": "short"},
             {"inputs": "word " * 90, "targets": "short"}]
-    with registered(in_memory_task("pipe_long", {"train": rows})):
+    with temporarily_registered(in_memory_task("pipe_long", {"train": rows})):
         with caplog.at_level(logging.WARNING, logger="t2t.data.pipeline"):
             examples = _build(vocab, "pipe_long", pack=False).next_examples(6)
     warnings = [r.getMessage() for r in caplog.records if "trimmed" in r.getMessage()]
@@ -182,7 +182,7 @@ def test_tokenized_once_across_epochs(vocab, monkeypatch):
 
     monkeypatch.setattr(type(vocab), "encode_batch", counting)
     tokenized.clear_cache()
-    with registered(in_memory_task("pipe_cache", {"train": _rows(10, "delta")})):
+    with temporarily_registered(in_memory_task("pipe_cache", {"train": _rows(10, "delta")})):
         batches = _build(vocab, "pipe_cache", pack=False)
         after_build = len(calls)
         batches.next_examples(35)  # three and a half epochs
@@ -197,7 +197,7 @@ def test_missing_members_error_or_skip(vocab, tmp_path, caplog):
     gone = Task("pipe_gone", JsonlFiles({"train": "gone/train.jsonl"}))
     gone2 = Task("pipe_gone2", JsonlFiles({"train": "gone2/train.jsonl"}))
     mix = Mixture("pipe_partial", [("pipe_ok", 1.0), ("pipe_gone", 5.0), ("pipe_gone2", 1.0)])
-    with registered(ok, gone, gone2, mix):
+    with temporarily_registered(ok, gone, gone2, mix):
         with pytest.raises(T2TError, match=r"missing for 2 task\(s\) of 'pipe_partial': pipe_gone, pipe_gone2"):
             _build(vocab, "pipe_partial", data_dir=tmp_path)
         with caplog.at_level(logging.WARNING, logger="t2t.data.pipeline"):
@@ -211,14 +211,14 @@ def test_missing_members_error_or_skip(vocab, tmp_path, caplog):
 def test_zero_rate_members_are_not_loaded(vocab):
     ok = in_memory_task("pipe_ok2", {"train": _rows(5, "ok")})
     eval_only = in_memory_task("pipe_eval_only", {"validation": _rows(2, "ev")})
-    with registered(ok, eval_only, Mixture("pipe_with_eval", [("pipe_ok2", 1.0), ("pipe_eval_only", 0.0)])):
+    with temporarily_registered(ok, eval_only, Mixture("pipe_with_eval", [("pipe_ok2", 1.0), ("pipe_eval_only", 0.0)])):
         assert _build(vocab, "pipe_with_eval").rates == {"pipe_ok2": 1.0}
 
 
 def test_streaming_source_in_order_and_resumable(vocab):
     rows = _rows(7, "stream")
     task = Task("pipe_stream", GeneratorSource(lambda split: iter(rows), streaming=True))
-    with registered(task):
+    with temporarily_registered(task):
         batches = _build(vocab, "pipe_stream", pack=False)
         first = _decoded(vocab, batches.next_examples(10))
         expected = [vocab.decode(vocab.encode(r["inputs"])) for r in rows]
@@ -242,7 +242,7 @@ def test_tokenized_stage_gets_vocab_and_lengths(vocab):
 
     task = in_memory_task("pipe_chunks", {"train": [{"targets": "word " * 90}, {"targets": "more words"}]},
                           tokenized_preprocessors=[chunks])
-    with registered(task):
+    with temporarily_registered(task):
         examples = _build(vocab, "pipe_chunks", pack=False).next_examples(3)
     assert seen == {"inputs": 64, "targets": 32}
     assert all(len(e["targets"]) <= 32 and e["targets"][-1] == vocab.eos_id for e in examples)
@@ -260,7 +260,7 @@ def test_one_to_many_task_epochs_and_resume(vocab, streaming):
     expanded = [f"row {i} {w}" for i in range(9) for w in WORDS[i:i + i % 4]]  # 9 rows -> 12 examples
     assert len(expanded) == 12
     source = GeneratorSource(lambda split: iter(rows), streaming=streaming)
-    with registered(Task("pipe_expand", source, preprocessors=[_expand])):
+    with temporarily_registered(Task("pipe_expand", source, preprocessors=[_expand])):
         batches = _build(vocab, "pipe_expand", pack=False)
         epoch = _decoded(vocab, batches.next_examples(12))
         round_trip = [vocab.decode(vocab.encode(text)) for text in expanded]
@@ -292,7 +292,7 @@ def test_max_tokens_repeats_the_same_prefix_and_resumes(vocab, streaming, caplog
     task = Task("pipe_budget", GeneratorSource(lambda split: iter(rows), streaming=streaming))
     prefix = _budget_prefix(vocab, rows, 120)
     assert 2 < len(prefix) < 20
-    with registered(task):
+    with temporarily_registered(task):
         caplog.set_level(logging.INFO)
         batches = _build(vocab, "pipe_budget", pack=False, max_tokens=120)
         n = len(prefix)
@@ -310,5 +310,5 @@ def test_max_tokens_repeats_the_same_prefix_and_resumes(vocab, streaming, caplog
 
 def test_max_tokens_below_the_first_example_is_one_sentence(vocab):
     task = in_memory_task("pipe_budget_small", {"train": _rows(5, "data")})
-    with registered(task), pytest.raises(T2TError, match="max_tokens 2 is smaller than the first example"):
+    with temporarily_registered(task), pytest.raises(T2TError, match="max_tokens 2 is smaller than the first example"):
         _build(vocab, "pipe_budget_small", max_tokens=2)

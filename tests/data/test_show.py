@@ -7,7 +7,7 @@ import pytest
 from t2t.errors import T2TError
 from t2t.data.show import format_registry_table, registry_table, show_examples
 from t2t.data.task import Mixture
-from t2t.testing import in_memory_task, registered, tiny_vocabulary
+from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 ROWS = [{"question": f"question number {i}", "answer": "yes" if i % 2 else "no"} for i in range(600)]
 
@@ -18,7 +18,7 @@ def _to_text(example):
 
 @pytest.fixture
 def task():
-    with registered(in_memory_task("show_me", {"validation": ROWS}, preprocessors=[_to_text])) as t:
+    with temporarily_registered(in_memory_task("show_me", {"validation": ROWS}, preprocessors=[_to_text])) as t:
         yield t
 
 
@@ -44,7 +44,7 @@ def test_show_examples_with_tokens(task):
 
 
 def test_show_errors(task):
-    with registered(Mixture("show_mix", [("show_me", 1.0)])):
+    with temporarily_registered(Mixture("show_mix", [("show_me", 1.0)])):
         with pytest.raises(T2TError, match="is a mixture; show one of its tasks"):
             list(show_examples("show_mix", "validation", 1))
     with pytest.raises(T2TError, match="did you mean show_me"):
@@ -78,6 +78,6 @@ def test_registry_table_local_splits(tmp_path):
 def test_callable_rates_shown_without_reading_data(task):
     from t2t.data.mixing import rate_num_examples
     big = in_memory_task("show_big", {"train": ROWS})
-    with registered(big, Mixture("show_rates", [("show_big", rate_num_examples(maximum=100))])):
+    with temporarily_registered(big, Mixture("show_rates", [("show_big", rate_num_examples(maximum=100))])):
         rows = {r["name"]: r for r in registry_table()}
         assert rows["show_rates"]["rates"] == {"show_big": 100.0}

@@ -15,7 +15,7 @@ from t2t.evaluation import metrics
 from t2t.errors import T2TError
 from t2t.data.sources import InMemorySource
 from t2t.data.task import get_mixture, get_task
-from t2t.testing import registered
+from t2t.testing import temporarily_registered
 
 # ---------------------------------------------------------------------------------------------- real rows
 
@@ -174,7 +174,7 @@ def test_record_training_stream_draws_each_answer_once_per_epoch():
     from t2t.data.pipeline import build_train_batches
     from t2t.testing import tiny_vocabulary
     vocab = tiny_vocabulary()
-    with registered(_fixture_task("record", RECORD_ROWS, split="train")):
+    with temporarily_registered(_fixture_task("record", RECORD_ROWS, split="train")):
         batches = build_train_batches("fixture_record", vocab=vocab, batch_size=1, input_length=64,
                                       target_length=8, pack=False)
         epoch = [vocab.decode(b["decoder_target_tokens"][0].tolist()) for b in itertools.islice(batches, 3)]

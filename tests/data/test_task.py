@@ -14,7 +14,7 @@ from t2t.errors import T2TError
 from t2t.data.sources import InMemorySource, JsonlFiles
 from t2t.data.task import (MIXTURES, TASKS, Feature, Mixture, Task, get_mixture, get_task, get_task_or_mixture,
                       load_modules, member_tasks, register_mixture, register_task)
-from t2t.testing import in_memory_task, registered, tiny_vocabulary
+from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
 ROWS = [{"inputs": "the first question", "targets": "yes"}, {"inputs": "a second one", "targets": "no"}]
@@ -118,7 +118,7 @@ def test_examples_for_evaluation():
 
 def test_registry_duplicates_aliases_and_suggestions():
     task = in_memory_task("my_unique_task", {"train": ROWS})
-    with registered(task, aliases={"my_unique_task": ["mut"]}):
+    with temporarily_registered(task, aliases={"my_unique_task": ["mut"]}):
         assert get_task("mut") is task and get_task_or_mixture("my_unique_task") is task
         with pytest.raises(T2TError, match="already registered"):
             register_task(in_memory_task("my_unique_task", {"train": ROWS}))
@@ -142,7 +142,7 @@ def test_mixture_members_and_rates():
     a, b = in_memory_task("mix_a", {"train": ROWS}), in_memory_task("mix_b", {"train": ROWS * 3})
     from t2t.data.mixing import rate_num_examples
     mixture = Mixture("mix_ab", [("mix_a", 2.0), (b, rate_num_examples())])
-    with registered(a, b, mixture):
+    with temporarily_registered(a, b, mixture):
         assert mixture.rates() == {"mix_a": 2.0, "mix_b": 6.0}
         assert [t.name for t in member_tasks("mix_ab")] == ["mix_a", "mix_b"]
         assert member_tasks(a) == [a]

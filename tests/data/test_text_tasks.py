@@ -219,11 +219,11 @@ def test_folder_task_through_build_train_batches(folder):
     """Packed 40/12 batches from a folder task: every segment is a span-corrupted chunk that restores to the
     text, the tokens are cached (epoch 2 does not tokenize again) and epoch 2 draws fresh noise."""
     from t2t.data.pipeline import build_train_batches
-    from t2t.testing import registered
+    from t2t.testing import temporarily_registered
 
     vocab = tiny_vocabulary()
     task = text_files_task("tmp_folder_span_corruption", folder, register=False)
-    with registered(task):
+    with temporarily_registered(task):
         tokenized.clear_cache()
         batches = build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40, target_length=12,
                                       pack=True, seed=3)
@@ -251,14 +251,14 @@ def test_folder_task_through_build_train_batches(folder):
 
 def test_folder_task_tokenizes_once(folder, monkeypatch):
     from t2t.data.pipeline import build_train_batches
-    from t2t.testing import registered
+    from t2t.testing import temporarily_registered
 
     vocab = tiny_vocabulary()
     calls = []
     original = type(vocab).encode_batch
     monkeypatch.setattr(type(vocab), "encode_batch", lambda self, texts: calls.append(1) or original(self, texts))
     task = text_files_task("tmp_folder_once", folder, register=False)
-    with registered(task):
+    with temporarily_registered(task):
         tokenized.clear_cache()
         batches = build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=40, target_length=12)
         n_chunks = len(batches.streams[task.name].data)
@@ -289,13 +289,13 @@ def test_full_lm_over_a_folder_is_one_decoder_row_of_text(folder):
     """Table 2's LM objective: chunks of target_length - 1 tokens, EOS last, no inputs (not even EOS), so a
     decoder-only row is the start id followed by the text, and the loss covers all of it."""
     from t2t.data.pipeline import build_train_batches
-    from t2t.testing import registered
+    from t2t.testing import temporarily_registered
 
     vocab = tiny_vocabulary()
     task = text_files_task("tmp_full_lm", folder, ob.full_lm, register=False)
     pieces = chunks(task, vocab, {"inputs": 8, "targets": 16})
     assert all(p["targets"].size == 15 for p in pieces[:-1])
-    with registered(task):
+    with temporarily_registered(task):
         tokenized.clear_cache()
         batch = next(iter(build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=8, target_length=16,
                                               pack=False, seed=0, architecture="decoder_only")))

@@ -13,7 +13,7 @@ from t2t import config
 from t2t.evaluation import metrics
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig
-from t2t.testing import in_memory_task, registered, tiny_vocabulary
+from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 from t2t.training.train import TrainConfig, train
 from t2t.training.transfer import TransferConfig, prepare_transfer
 
@@ -30,7 +30,7 @@ def copy_task(tmp_path, monkeypatch):
     rows = [{"inputs": "copy: " + " ".join(WORDS[i:i + 4]), "targets": " ".join(WORDS[i:i + 4])}
             for i in range(len(WORDS) - 4)]
     (tmp_path / "tiny.json").write_text(json.dumps(TINY))
-    with registered(in_memory_task(TASK, {"train": rows, "validation": rows[:4]})):
+    with temporarily_registered(in_memory_task(TASK, {"train": rows, "validation": rows[:4]})):
         yield tmp_path
 
 
@@ -194,7 +194,7 @@ def test_transfer_settings_are_checked():
 
 def test_training_evaluates_another_mixture_on_its_schedule(copy_task):
     rows = [{"inputs": "echo: " + w, "targets": w} for w in WORDS]
-    with registered(in_memory_task("test_transfer_echo", {"validation": rows[:3]},
+    with temporarily_registered(in_memory_task("test_transfer_echo", {"validation": rows[:3]},
                                    metric_fns=[metrics.sequence_accuracy])):
         cfg = config.from_dict(TrainConfig, dict(
             mixture=TASK, model=str(copy_task / "tiny.json"), output_dir=str(copy_task / "run"), train_steps=4,
