@@ -15,6 +15,7 @@ import importlib
 from t2t.checkpoints.hf import from_hf, to_hf
 from t2t.checkpoints.loading import load_model
 from t2t.checkpoints.t5x import from_t5x
+from t2t.data.mixing import rate_equal, rate_num_examples, rate_unsupervised
 from t2t.data.sources import (CsvFiles, DataFiles, GeneratorSource, HFDataset, InMemorySource, JsonlFiles, Source,
                               TextFiles, TsvFiles)
 from t2t.data.task import Feature, Mixture, Task, get_mixture, get_task, register_mixture, register_task
@@ -37,4 +38,4 @@ def __getattr__(name: str):
 __all__ = ["from_hf", "to_hf", "load_model", "from_t5x", "T5", "ModelConfig", "SentencePieceVocabulary",
            "Task", "Mixture", "Feature", "register_task", "register_mixture", "get_task", "get_mixture",
            "Source", "HFDataset", "DataFiles", "JsonlFiles", "CsvFiles", "TsvFiles", "TextFiles", "InMemorySource",
-           "GeneratorSource", "T2TError", "preprocessors", "metrics"]
+           "GeneratorSource", "rate_num_examples", "rate_unsupervised", "rate_equal", "T2TError", "preprocessors", "metrics"]

@@ -209,6 +209,11 @@ def custom_task_module(tmp_path):
     TASKS.unregister("my_sentiment")
 
 
+def test_docs_custom_task_imports_from_t2t_alone():
+    imports = [line for line in _custom_task_code().splitlines() if line.startswith(("import ", "from "))]
+    assert imports == ["import functools", "from t2t import JsonlFiles, T2TError, Task, metrics, preprocessors, register_task"]
+
+
 def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
     from t2t.data.show import show_examples
     from t2t.data.pipeline import build_train_batches
