@@ -248,31 +248,35 @@ def _path_looking(name: str) -> str | None:
     return None
 
 
+# hub.hub_failure's answer → the sentence for a model that could not be downloaded
+_HUB_ERRORS = {
+    "gated": "hub model {repo_id} is gated; accept its terms on huggingface.co and log in (hf auth login, or set "
+             "HF_TOKEN).",
+    "not_found": "{repo_id} is neither a local path nor a model on the Hugging Face hub (a private one needs hf "
+                 "auth login); check the path or the hub id.",
+    "refused": "the Hugging Face hub refused to serve {repo_id} (HTTP {status}); log in with hf auth login or set "
+               "HF_TOKEN.",
+    "rate_limited": "the Hugging Face hub is rate-limiting downloads (HTTP 429 for {repo_id}); wait a few minutes "
+                    "and retry, or log in for a higher limit.",
+    "offline": "{repo_id} is not a local path, and it cannot be downloaded because the Hugging Face hub is "
+               "unreachable (HF_HUB_OFFLINE is set) and the model is not in the local cache; connect, or pass a "
+               "local folder.",
+    "unreachable": "{repo_id} is not a local path, and it cannot be downloaded because the Hugging Face hub is "
+                   "unreachable (no connection) and the model is not in the local cache; connect, or pass a "
+                   "local folder.",
+    "other": "{repo_id} is not a local path and could not be downloaded from the Hugging Face hub ({error}); "
+             "check the hub id and the network.",
+}
+
+
 def _hub_error(repo_id: str, e: Exception) -> T2TError:
     """One sentence for a failed hub download: not found, gated, refused, rate-limited, offline, other."""
     from huggingface_hub import constants
 
     failure = hub_failure(e, offline=constants.HF_HUB_OFFLINE)
     status = getattr(getattr(e, "response", None), "status_code", None)
-    if failure == "gated":
-        return T2TError(f"hub model {repo_id} is gated; accept its terms on huggingface.co and log in "
-                        f"(hf auth login, or set HF_TOKEN).")
-    if failure == "not_found":
-        return T2TError(f"{repo_id} is neither a local path nor a model on the Hugging Face hub (a private "
-                        f"one needs hf auth login); check the path or the hub id.")
-    if failure == "refused":
-        return T2TError(f"the Hugging Face hub refused to serve {repo_id} (HTTP {status}); log in with hf auth "
-                        f"login or set HF_TOKEN.")
-    if failure == "rate_limited":
-        return T2TError(f"the Hugging Face hub is rate-limiting downloads (HTTP 429 for {repo_id}); wait a few "
-                        f"minutes and retry, or log in for a higher limit.")
-    if failure in ("offline", "unreachable"):
-        why = "HF_HUB_OFFLINE is set" if failure == "offline" else "no connection"
-        return T2TError(f"{repo_id} is not a local path, and it cannot be downloaded because the Hugging Face "
-                        f"hub is unreachable ({why}) and the model is not in the local cache; connect, or pass "
-                        f"a local folder.")
-    return T2TError(f"{repo_id} is not a local path and could not be downloaded from the Hugging Face hub "
-                    f"({type(e).__name__}: {error_summary(e)}); check the hub id and the network.")
+    error = f"{type(e).__name__}: {error_summary(e)}"
+    return T2TError(_HUB_ERRORS[failure].format(repo_id=repo_id, status=status, error=error))
 
 
 GENERATION_FILE = "generation_config.json"
