@@ -28,10 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+from t2t.errors import T2TError
 
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -165,16 +170,48 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+@dataclass(frozen=True)
+class FlexBias:
+    """What FlexAttention needs in place of a dense bias: which keys each query may attend to (a block mask,
+    so fully masked blocks are skipped) and a function adding the position bias to a score (None: no bias)."""
+
+    block_mask: BlockMask
+    score_mod: Callable | None = None
+
+
+def flex_bias(allowed: torch.Tensor, q_len: int, score_mod: Callable | None = None) -> FlexBias:
+    """A FlexBias for ``q_len`` queries from a bool mask ``allowed`` [B, q_len|1, S] (True = may attend)."""
+    B, S = allowed.shape[0], allowed.shape[-1]
+    allowed = allowed.expand(B, q_len, S)
+    shared = B == 1  # one mask for every row (flex still asks it about each row)
+
+    def may_attend(b, h, q, k):
+        return allowed[0, q, k] if shared else allowed[b, q, k]
+
+    return FlexBias(create_block_mask(may_attend, B, None, q_len, S, device=allowed.device), score_mod)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | FlexBias | None,
               dropout_p: float) -> torch.Tensor:
-    """Unscaled attention with an additive ``bias``: ``F.scaled_dot_product_attention(..., scale=1.0)``.
+    """Unscaled attention with an additive ``bias``: ``F.scaled_dot_product_attention(..., scale=1.0)``, or
+    ``flex_attention`` for a :class:`FlexBias` (the caller has checked that no dropout is asked of it).
 
     With dropout on the CPU, SDPA falls back to its unfused math (scores, softmax, ``bernoulli_`` mask,
     product); this is the same math with ``dropout``'s cheaper mask.
     """
+    if isinstance(bias, FlexBias):
+        return _flex_attention(q, k, v, bias)
     if dropout_p == 0.0 or not _eager_on_cpu(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
     scores = q @ k.transpose(-2, -1)
     if bias is not None:
         scores = scores + bias
     return dropout(scores.softmax(-1), dropout_p, True) @ v
+
+
+def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: FlexBias) -> torch.Tensor:
+    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        raise T2TError(f"model.attention=flex runs forward only on the CPU (torch {torch.__version__.split('+')[0]} "
+                       f"has no FlexAttention backward there); train with model.attention=sdpa on the CPU, or "
+                       f"on a CUDA device.")
+    return flex_attention(q, k, v, score_mod=bias.score_mod, block_mask=bias.block_mask, scale=1.0)

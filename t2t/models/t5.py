@@ -46,7 +46,7 @@ from torch import nn
 
 from t2t import config as config_lib
 from t2t.errors import T2TError
-from t2t.models.kernels import Dropout, Linear, attention, linear
+from t2t.models.kernels import Dropout, FlexBias, Linear, attention, flex_bias, linear
 from t2t.models import decoding
 
 
@@ -79,6 +79,10 @@ class ModelConfig:
     decoder_start_id: int = 0
     adapter_dim: int = 0  # inner size of the adapter after every feed-forward network (§3.5.1); 0: none
     architecture: Architecture = "encoder_decoder"
+    # the attention kernel: "sdpa" (a dense bias tensor per stack) or "flex" (FlexAttention: the relative
+    # position bias looked up inside the kernel, masks as block masks; no attention-probability dropout, and
+    # on the CPU forward only, so it serves inference there and training on CUDA)
+    attention: Literal["sdpa", "flex"] = "sdpa"
 
     @property
     def decoder_layers(self) -> int:
@@ -213,8 +217,13 @@ class Attention(nn.Module):
         q, k, v = qkv.view(B, T, 3, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, d_kv]
         return q, k, v
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if bias is not None and bias.dtype != q.dtype:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               bias: torch.Tensor | FlexBias | None) -> torch.Tensor:
+        if isinstance(bias, FlexBias) and self.training and self.dropout.p > 0:
+            raise T2TError(f"model.attention=flex has no attention-probability dropout, which T5 applies at "
+                           f"dropout_rate {self.dropout.p}; train with model.attention=sdpa, or set "
+                           f"model.dropout_rate=0.")
+        if isinstance(bias, torch.Tensor) and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
         y = attention(q, k, v, bias, self.dropout.p if self.training else 0.0)  # [B, H, T, d_kv]
         B, H, T, D = y.shape
@@ -342,6 +351,19 @@ class Stack(nn.Module):
         """Position bias where ``allowed`` ([B|1, T, S] bool), the dtype's most negative value elsewhere."""
         bias = self.position_bias(q_pos, k_pos, bidirectional).to(dtype)
         return torch.where(allowed[:, None], bias, torch.finfo(dtype).min)  # [B, H, T, S]
+
+    def flex_self_attention_bias(self, q_pos, k_pos, allowed, bidirectional: bool) -> FlexBias:
+        """The same bias for FlexAttention: buckets computed and looked up in ``relative_attention_bias``
+        inside the kernel, ``allowed`` as its block mask."""
+        table = self.relative_attention_bias.weight  # [num_buckets, H]
+        packed = q_pos.shape[0] > 1  # positions per row; else [1, T], shared by every row
+
+        def add_position_bias(score, b, h, q, k):
+            distance = k_pos[b, k] - q_pos[b, q] if packed else k_pos[0, k] - q_pos[0, q]
+            bucket = relative_position_bucket(distance, bidirectional, self.num_buckets, self.max_distance)
+            return score + table[bucket, h].to(score.dtype)
+
+        return flex_bias(allowed, q_pos.shape[-1], add_position_bias)
 
     def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every decoder layer's cross-attention (keys, values) of the encoder output, [B, H, S, d_kv] each
@@ -530,6 +552,8 @@ class T5(nn.Module):
         x = self.shared(tokens)  # [B, S, d]
         pos = _positions(tokens, positions)
         stack = self.encoder_stack
+        if self.config.attention == "flex":
+            return stack(x, stack.flex_self_attention_bias(pos, pos, allowed, bidirectional=True))
         return stack(x, stack.self_attention_bias(pos, pos, allowed, _compute_dtype(x), bidirectional=True))
 
     def decode(self, enc: torch.Tensor | None, decoder_tokens: torch.Tensor, self_allowed: torch.Tensor,
@@ -539,8 +563,12 @@ class T5(nn.Module):
         x = self.shared(decoder_tokens)  # [B, T, d]
         dtype = _compute_dtype(x)
         pos = _positions(decoder_tokens, decoder_positions)
-        self_bias = self.decoder.self_attention_bias(pos, pos, self_allowed, dtype, self.bidirectional_decoder)
-        cross_bias = _cross_bias(cross_allowed, dtype) if enc is not None else None
+        if self.config.attention == "flex":
+            self_bias = self.decoder.flex_self_attention_bias(pos, pos, self_allowed, self.bidirectional_decoder)
+            cross_bias = flex_bias(cross_allowed, decoder_tokens.shape[1]) if enc is not None else None
+        else:
+            self_bias = self.decoder.self_attention_bias(pos, pos, self_allowed, dtype, self.bidirectional_decoder)
+            cross_bias = _cross_bias(cross_allowed, dtype) if enc is not None else None
         return self.decoder(x, self_bias, enc, cross_bias)
 
     def hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
