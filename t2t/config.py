@@ -7,7 +7,10 @@ settings are plain dicts again (``to_dict``) so they can be written beside every
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
+import re
 import types
 import typing
 from pathlib import Path
@@ -63,14 +66,21 @@ def config_names(kind: str) -> list[str]:
 
 def parse_overrides(pairs: Iterable[str]) -> dict:
     """``["optim.lr=1e-3", "steps=10"]`` → ``{"optim": {"lr": 1e-3}, "steps": 10}``; values parsed as YAML."""
-    result: dict = {}
+    values = []
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise T2TError(f"setting {pair!r} is not of the form key=value.")
-        value = yaml.safe_load(raw) if raw else ""
+        values.append((key.strip(), yaml.safe_load(raw) if raw else ""))
+    return nest(values)
+
+
+def nest(values: Iterable[tuple[str, Any]]) -> dict:
+    """``[("optim.lr", 1e-3), ("steps", 10)]`` → ``{"optim": {"lr": 1e-3}, "steps": 10}``."""
+    result: dict = {}
+    for key, value in values:
         node = result
-        *parents, leaf = key.strip().split(".")
+        *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
@@ -78,6 +88,7 @@ def parse_overrides(pairs: Iterable[str]) -> dict:
 
 
 PRESET = "preset"
+_FIELD_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.*\S)\s*$")
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -163,11 +174,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return from_dict(hint, value, key) if isinstance(value, dict) else _expect(hint, value, key)
     if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise _type_error(key, hint, value)
-        item = args[0] if args else Any
-        items = [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return _coerce_list(hint, value, key)
     if origin is dict:
         if not isinstance(value, dict):
             raise _type_error(key, hint, value)
@@ -182,6 +189,24 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     return _expect(hint, value, key)
 
 
+def _coerce_list(hint: Any, value: Any, key: str) -> list | tuple:
+    """A list or tuple setting; one value given to a list setting (``--set transfer.freeze=encoder.*``) is a
+    one-element list."""
+    one_value = typing.get_origin(hint) is list and value is not None and not isinstance(value, (list, tuple, dict))
+    if one_value:
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise _type_error(key, hint, value)
+    item = typing.get_args(hint)[0] if typing.get_args(hint) else Any
+    try:
+        items = [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    except T2TError:
+        if one_value:
+            raise _type_error(key, hint, value[0]) from None
+        raise
+    return tuple(items) if typing.get_origin(hint) is tuple else items
+
+
 def _expect(hint: type, value: Any, key: str) -> Any:
     if isinstance(hint, type) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
@@ -189,18 +214,62 @@ def _expect(hint: type, value: Any, key: str) -> Any:
 
 
 def _type_error(key: str, hint: Any, value: Any) -> T2TError:
-    name = getattr(hint, "__name__", str(hint).replace("typing.", ""))
-    return T2TError(f"setting {key} must be of type {name}, got {value!r}.")
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        item = type_name(args[0]) if args else "values"
+        return T2TError(f"setting {key} must be a list of {item}: one value, or several as [v1, v2] (--set "
+                        f"{key}='[v1, v2]', or {key}: [v1, v2] in a file), got {value!r}.")
+    if origin is tuple:
+        return T2TError(f"setting {key} must be a list of {len(args)} values, [{', '.join(map(type_name, args))}] "
+                        f"(--set {key}='[v1, v2]', or {key}: [v1, v2] in a file), got {value!r}.")
+    return T2TError(f"setting {key} must be of type {type_name(hint)}, got {value!r}.")
+
+
+def type_name(hint: Any) -> str:
+    """``int``, ``str | None``, ``list[str]``: a type as settings files and docs/settings.md write it."""
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def load(cls: type[T], files: Iterable[str | Path] = (), overrides: Iterable[str] = (),
-         base: dict | None = None) -> T:
-    """Defaults of ``cls`` ← ``base`` ← each file in order ← ``key=value`` overrides."""
+         base: dict | None = None, given: dict | None = None, kind: str = "recipes") -> T:
+    """Settings ``cls``: its defaults ← ``base`` (a run's settings) ← each file in order (a path, or a name in
+    ``configs/<kind>``) ← ``given`` (``{dotted key: value}``, what a command's flags set) ← ``key=value``
+    overrides (``--set``). Every command resolves its settings here."""
     data = dict(base or {})
     for file in files:
-        data = merge(data, read_config_file(file))
+        data = merge(data, read_config_file(find_config(file, kind)))
+    data = merge(data, nest((given or {}).items()))
     data = merge(data, parse_overrides(overrides))
     return from_dict(cls, data)
+
+
+def describe(cls, key: str) -> tuple[Any, Any, str]:
+    """The type, default and comment of setting ``key`` of ``cls``: dotted for nested settings
+    (``optimizer.learning_rate``); a key inside a mapping setting (``model.preset``) is described by that
+    setting. What the reference lists and what the commands' flags say in their help."""
+    head, _, rest = key.partition(".")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if head not in fields:
+        raise KeyError(f"{cls.__name__} has no setting {head!r}")  # a flag declared for a missing field
+    hint = typing.get_type_hints(cls)[head]
+    if rest and dataclasses.is_dataclass(hint):
+        return describe(hint, rest)
+    f = fields[head]
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return hint, default, field_comments(cls).get(head, "")
+
+
+@functools.cache
+def field_comments(cls) -> dict[str, str]:
+    """``{field: comment}`` from the ``# ...`` written beside each field in the class bodies (subclass wins)."""
+    comments: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            for line in inspect.getsource(klass).splitlines():
+                match = _FIELD_COMMENT.match(line)
+                if match:
+                    comments[match[1]] = match[2]
+    return comments
 
 
 def to_dict(obj: Any) -> dict:

@@ -39,11 +39,31 @@ def test_unknown_key_names_the_key_and_the_known_ones():
     ({"steps": "ten"}, "setting steps must be of type int, got 'ten'"),
     ({"steps": True}, "setting steps must be of type int"),
     ({"inner": {"name": "c"}}, "setting inner.name must be one of 'a', 'b'"),
-    ({"items": "x"}, "setting items must be of type"),
+    ({"items": {"x": 1}}, r"setting items must be a list of str: one value, or several as \[v1, v2\] \(--set "
+                          r"items='\[v1, v2\]', or items: \[v1, v2\] in a file\), got \{'x': 1\}"),
+    ({"items": 3}, r"setting items must be a list of str: one value, or several as \[v1, v2\].*got 3\."),
+    ({"items": ["x", 3]}, r"setting items\[1\] must be of type str, got 3"),
 ])
 def test_wrong_types_are_rejected(data, message):
     with pytest.raises(T2TError, match=message):
         config.from_dict(Outer, data)
+
+
+def test_one_value_for_a_list_setting_is_a_one_element_list():
+    assert config.load(Outer, overrides=["items=x"]).items == ["x"]
+    from t2t.training.train import TrainConfig
+    cfg = config.load(TrainConfig, overrides=["transfer.freeze=encoder.*", "transfer.unfreeze_steps=4"])
+    assert (cfg.transfer.freeze, cfg.transfer.unfreeze_steps) == (["encoder.*"], [4])
+    with pytest.raises(T2TError, match=r"setting optimizer.adam_betas must be a list of 2 values, \[float, float\]"):
+        config.load(TrainConfig, overrides=["optimizer.adam_betas=0.9"])  # a pair stays a pair
+
+
+def test_files_then_flags_then_overrides(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("steps: 20\npath: from-file\ninner:\n  rate: 0.5\n")
+    cfg = config.load(Outer, [file], ["path=from-set"], base={"steps": 5, "items": ["run"]},
+                      given={"path": "from-flag", "inner.rate": 0.25, "steps": 30})
+    assert cfg == Outer(steps=30, path="from-set", items=["run"], inner=Inner(rate=0.25))
 
 
 def test_override_syntax_error():
@@ -86,13 +106,9 @@ def test_a_mapping_over_a_preset_name_refines_the_preset():
 
 
 def test_model_fields_override_the_preset_from_the_command_line():
-    import argparse
-
-    from t2t.cli.main import resolve
     from t2t.models.t5 import resolve_model_config
     from t2t.training.train import TrainConfig
-    args = argparse.Namespace(config=["cpu-smoke"], overrides=["model.num_layers=3", "model.d_ff=96"])
-    cfg = resolve(TrainConfig, args, {"model.preset": None})
+    cfg = config.load(TrainConfig, ["cpu-smoke"], ["model.num_layers=3", "model.d_ff=96"])
     model = resolve_model_config(cfg.model)
     assert (model.num_layers, model.d_ff, model.d_model) == (3, 96, 64)  # d_model from t5-tiny
     assert resolve_model_config("t5-tiny") == resolve_model_config({"preset": "t5-tiny"})
@@ -122,7 +138,7 @@ def test_bad_model_settings_are_one_sentence(setting, message):
     (["--set", "optimizer.adam_betas=[0.9, 1.0]"], "setting optimizer.adam_betas must be in [0, 1)"),
 ])
 def test_out_of_range_training_settings_are_one_sentence_at_resolution(flags, message, capsys):
-    from t2t.cli.main import train_main
+    from t2t.cli import train_main
     assert train_main(["--task", "rte", "--model", "t5-tiny", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
@@ -142,6 +158,6 @@ def test_settings_built_in_python_are_held_to_the_same_rules():
 
 
 def test_eval_settings_are_checked_by_the_cli(capsys):
-    from t2t.cli.main import eval_main
+    from t2t.cli import eval_main
     assert eval_main(["--task", "rte", "--checkpoint", "x", "--batch-size", "-4"]) == 2
     assert capsys.readouterr().err.startswith("error: setting batch_size must be > 0, got -4")

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from t2t.cli.main import eval_main, predict_main, train_main, vocab_main
+from t2t.cli import eval_main, predict_main, train_main, vocab_main
 from t2t.data.task import get_task
 
 pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import json
-import re
-import typing
+
+from t2t import config
 
 SECTIONS = [  # (title, "module:Class", how users set them)
     ("t2t-train", "t2t.training.train:TrainConfig", "flags, `--config FILE`, `--set key=value` (nested: "
@@ -21,7 +20,6 @@ SECTIONS = [  # (title, "module:Class", how users set them)
     ("t2t-predict", "t2t.evaluation.predict:PredictConfig", "flags, `--config FILE`, `--set key=value`"),
     ("t2t-study", "t2t.training.study:StudyConfig", "flags, `--config FILE`, `--set key=value`"),
 ]
-_FIELD_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.*\S)\s*$")
 
 
 def render() -> str:
@@ -43,32 +41,14 @@ def render() -> str:
 
 def rows(cls, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(dotted name, type, default, comment) for each field; nested settings dataclasses are expanded."""
-    hints = typing.get_type_hints(cls)
-    comments = field_comments(cls)
     out = []
     for f in dataclasses.fields(cls):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(hints[f.name]):
-            out += rows(hints[f.name], f"{prefix}{f.name}.")
+        hint, default, comment = config.describe(cls, f.name)
+        if dataclasses.is_dataclass(hint):
+            out += rows(hint, f"{prefix}{f.name}.")
             continue
-        out.append((prefix + f.name, type_name(hints[f.name]), value_text(default), comments.get(f.name, "")))
+        out.append((prefix + f.name, config.type_name(hint), value_text(default), comment))
     return out
-
-
-def field_comments(cls) -> dict[str, str]:
-    """``{field: comment}`` from the ``# ...`` written beside each field in the class bodies (subclass wins)."""
-    comments: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass):
-            for line in inspect.getsource(klass).splitlines():
-                match = _FIELD_COMMENT.match(line)
-                if match:
-                    comments[match[1]] = match[2]
-    return comments
-
-
-def type_name(hint) -> str:
-    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def value_text(value) -> str:

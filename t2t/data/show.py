@@ -1,8 +1,10 @@
-"""What ``t2t-show`` and ``t2t-tasks`` print (no argparse here; ``t2t.cli.main`` wraps these functions).
+"""What ``t2t-show`` and ``t2t-tasks`` print (no argparse here; ``t2t.cli.show`` and ``t2t.cli.tasks`` wrap these).
 
 - ``show_examples(name, split, n, with_tokens, vocab, data_dir)``: a task's preprocessed examples in source
   order as JSON-able dicts ``{"inputs": str, "targets": str}``, plus ``"inputs_tokens"``/``"targets_tokens"``
   (token ids, EOS appended as the model sees them) with ``with_tokens``.
+- ``show_raw(name, split, n, data_dir)``: the source's examples before preprocessing (what ``t2t-predict
+  --task`` reads, one JSON object per line).
 - ``registry_table(data_dir)``: one row per registered task and mixture (name, kind, aliases, split sizes where
   known, local data found, member rates); ``format_registry_table`` renders it as text.
 """
@@ -22,12 +24,7 @@ SHOW_CHUNK = 256
 def show_examples(name: str, split: str = "validation", n: int | None = 5, with_tokens: bool = False, vocab=None,
                   data_dir=None) -> Iterator[dict]:
     """The first ``n`` (all with None) preprocessed examples of task ``name``'s ``split``, in source order."""
-    item = get_task_or_mixture(name)
-    if isinstance(item, Mixture):
-        raise T2TError(f"{name!r} is a mixture; show one of its tasks ({', '.join(item.task_names)}).")
-    task: Task = item
-    if n is not None and n < 0:
-        raise T2TError(f"the number of examples to show must be >= 0, got {n}.")
+    task = shown_task(name, n)
     keys = [k for k in task.output_features]
     examples = task.text_examples(split, data_dir)
     if n is not None:
@@ -40,6 +37,22 @@ def show_examples(name: str, split: str = "validation", n: int | None = 5, with_
         if with_tokens:
             _add_tokens(task, rows, vocab)
         yield from rows
+
+
+def show_raw(name: str, split: str = "validation", n: int | None = 5, data_dir=None) -> Iterator[dict]:
+    """The first ``n`` (all with None) examples of task ``name``'s ``split`` as its source gives them, before
+    preprocessing."""
+    examples = shown_task(name, n).raw_examples(split, data_dir)
+    return itertools.islice(examples, n) if n is not None else examples
+
+
+def shown_task(name: str, n: int | None) -> Task:
+    item = get_task_or_mixture(name)
+    if isinstance(item, Mixture):
+        raise T2TError(f"{name!r} is a mixture; show one of its tasks ({', '.join(item.task_names)}).")
+    if n is not None and n < 0:
+        raise T2TError(f"the number of examples to show must be >= 0, got {n}.")
+    return item
 
 
 def _add_tokens(task: Task, rows: list[dict], vocab) -> None:

@@ -43,12 +43,17 @@ log = logging.getLogger(__name__)
 @dataclass
 class DecodingConfig:
     batch_size: int = 32              # examples decoded at once
-    beam_size: int = 1                # > 1: beam search (length penalty alpha 0.6, as T5)
+    beam_size: int = 1                # beams; > 1: beam search (length penalty alpha 0.6, as T5), 1: greedy
     temperature: float = 0.0          # > 0: sample from softmax(logits / temperature); 0: greedy
     top_k: int = 0                    # sampling: only from the k most likely tokens (0: all)
     seed: int = 0                     # sampling: seed of the draws
-    max_length: int | None = None     # most tokens decoded (t2t-eval: the task's longest target)
+    max_length: int | None = None     # most tokens decoded (eval: the longest target; predict: the run's target_length)
     input_length: int = 512           # inputs are cut to this many tokens, EOS kept last (seqio's trim, T5's 512)
+
+    def __post_init__(self):
+        """The same ranges for t2t-eval, t2t-predict and Python callers."""
+        config.check(self, positive=("batch_size", "beam_size", "max_length", "input_length"),
+                     non_negative=("temperature", "top_k"))
 
 
 @dataclass
@@ -56,12 +61,12 @@ class EvalConfig(DecodingConfig):
     mixture: str = ""                 # a task or mixture name (--task / --mixture)
     checkpoint: str = ""              # a run's output dir (latest checkpoint), one checkpoint, or a HF T5
     split: str = "validation"         # split to evaluate
-    vocab: str | None = None          # default: the run's vocabulary, else $T2T_VOCAB, DATA_DIR/vocab, the hub
-    data_dir: str | None = None       # default: the run's data dir, else $T2T_DATA_DIR
+    vocab: str | None = None          # SentencePiece .model (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, the hub)
+    data_dir: str | None = None       # root of local data copies (default: the run's, else $T2T_DATA_DIR)
     max_examples: int | None = None   # evaluate the first N examples of each task (default: all)
     output_dir: str | None = None     # results go to <output_dir>/<split>/; default <checkpoint>/eval
     skip_unavailable: bool = False    # leave out mixture members whose data is missing (with a warning)
-    modules: list[str] = field(default_factory=list)   # default: the run's modules
+    modules: list[str] = field(default_factory=list)   # modules or .py files registering tasks (default: the run's)
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     threads: int = 0                  # CPU threads; 0: OMP_NUM_THREADS or all cores
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (see TrainConfig.precision)
@@ -69,8 +74,8 @@ class EvalConfig(DecodingConfig):
     rank_classification: bool = False  # score each task's rank_choices and pick the best instead of generating
 
     def __post_init__(self):
-        config.check(self, positive=("max_examples", "batch_size", "beam_size", "input_length"),
-                     non_negative=("threads",))
+        super().__post_init__()
+        config.check(self, positive=("max_examples",), non_negative=("threads",))
 
 
 def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
@@ -86,11 +91,12 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     if cfg.rank_classification and not any(t.rank_choices for t in tasks):
         raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
                        f"generation (leave out --rank-classification).")
-    out_dir = results.prepare_output_dir(Path(cfg.output_dir or Path(cfg.checkpoint) / "eval") / cfg.split)
     distributed.use_threads(cfg.threads)
     device = distributed.pick_device(cfg.device)
     model, vocab = load_model_and_vocabulary(cfg.checkpoint, cfg.vocab, cfg.data_dir)
     model = model.to(device)
+    # only now: a hub id (owner/name) that failed to load must not leave ./owner/name/eval behind
+    out_dir = results.prepare_output_dir(Path(cfg.output_dir or Path(cfg.checkpoint) / "eval") / cfg.split)
     stamp = results.stamp(cfg.checkpoint, checkpoint.checkpoint_step(cfg.checkpoint), cfg.split)
     scores, undefined = {}, {}
     for task in tasks:

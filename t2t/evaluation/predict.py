@@ -10,17 +10,22 @@ task pipeline does (EOS appended), cut to ``input_length`` and decoded as evalua
 from __future__ import annotations
 
 import json
+import logging
+import numbers
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
 import numpy as np
 
+from t2t.checkpoints.run import find_run
 from t2t.models import distributed
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, trim_inputs,
                           with_run_settings)
 from t2t.data.task import Task, get_task_or_mixture, load_modules
 from t2t.checkpoints.run import find_run
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LENGTH = 128  # decoded tokens when neither --max-length nor the run's target_length says
 
@@ -29,15 +34,15 @@ DEFAULT_MAX_LENGTH = 128  # decoded tokens when neither --max-length nor the run
 class PredictConfig(DecodingConfig):
     checkpoint: str = ""              # a run's output dir (latest checkpoint), one checkpoint, or a HF T5
     task: str | None = None           # inputs are JSON objects of this task's raw fields
-    vocab: str | None = None          # default: the run's vocabulary, else $T2T_VOCAB, DATA_DIR/vocab, the hub
-    data_dir: str | None = None       # default: the run's data dir, else $T2T_DATA_DIR
-    modules: list[str] = field(default_factory=list)   # default: the run's modules
+    vocab: str | None = None          # SentencePiece .model (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, the hub)
+    data_dir: str | None = None       # root of local data copies (default: the run's, else $T2T_DATA_DIR)
+    modules: list[str] = field(default_factory=list)   # modules or .py files registering tasks (default: the run's)
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (see TrainConfig.precision)
 
 
 def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
-    """The decoded string for each input line, in order."""
+    """The decoded string for each input line, in order (the lines are checked before the model loads)."""
     if not cfg.checkpoint:
         raise T2TError("no model given; pass --checkpoint (a run's output dir, a checkpoint, or a HF T5).")
     cfg = with_run_settings(cfg)
@@ -45,34 +50,113 @@ def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     task = get_task_or_mixture(cfg.task) if cfg.task else None
     if task is not None and not isinstance(task, Task):
         raise T2TError(f"{cfg.task!r} is a mixture; pass one of its tasks to --task.")
+    reference = reference_fields(task, cfg.data_dir) if task else None
+    texts = [input_text(line, number, task, reference) for number, line in enumerate(lines, 1)]
+    if not texts:
+        return []
     device = distributed.pick_device(cfg.device)
     model, vocab = load_model_and_vocabulary(cfg.checkpoint, cfg.vocab, cfg.data_dir)
-    inputs = [encode_input(line, number, task, vocab) for number, line in enumerate(lines, 1)]
-    if not inputs:
-        return []
-    inputs, _ = trim_inputs(inputs, cfg.input_length, vocab.eos_id)
-    texts, _ = decode_in_batches(model.to(device), inputs, vocab, cfg, max_new_tokens=max_length(cfg),
-                                 device=device, precision=cfg.precision, desc="predict")
-    return texts
+    inputs, _ = trim_inputs([encode(text, task, vocab) for text in texts], cfg.input_length, vocab.eos_id)
+    decoded, _ = decode_in_batches(model.to(device), inputs, vocab, cfg, max_new_tokens=max_length(cfg),
+                                   device=device, precision=cfg.precision, desc="predict")
+    return decoded
 
 
-def encode_input(line: str, number: int, task: Task | None, vocab) -> np.ndarray:
-    """Token ids of one input line (a string, or a task's raw fields as JSON), EOS appended."""
+def reference_fields(task: Task, data_dir) -> dict | None:
+    """The raw fields of the first example in the task's data (its first split with data), which input lines
+    are checked against; None (said in one line) when none of its data can be read."""
+    for split in task.splits or ("validation", "train", "test"):
+        try:
+            if task.has_split(split, data_dir=data_dir):
+                return next(task.raw_examples(split, data_dir), None)
+        except T2TError:
+            continue
+    log.info("no data of task %s found to check the input fields against: the fields are used as given",
+             task.name)
+    return None
+
+
+def input_text(line: str, number: int, task: Task | None, reference: dict | None) -> str:
+    """The input string of one line: the line itself, or with a task its raw fields (JSON) preprocessed."""
     if task is None:
-        return np.asarray(vocab.encode(line) + [vocab.eos_id], dtype=np.int64)
+        return line
+    raw = parse_fields(line, number, task)
+    if reference is not None:
+        raw = checked_fields(raw, number, task, reference)
+    return preprocessed_inputs(task, raw, number)
+
+
+def parse_fields(line: str, number: int, task: Task) -> dict:
     try:
         raw = json.loads(line)
     except json.JSONDecodeError as e:
         raise T2TError(f"input line {number} is not JSON ({e.msg}); with --task give one JSON object of the "
                        f"task's raw fields per line.") from None
-    if not isinstance(raw, dict):
-        raise T2TError(f"input line {number} is not a JSON object; with --task give one object of the task's "
-                       f"raw fields per line (see t2t-show --task {task.name}).")
+    if not isinstance(raw, dict) or not raw:
+        what = "an empty JSON object" if isinstance(raw, dict) else "not a JSON object"
+        raise T2TError(f"input line {number} is {what}; with --task give one object of the task's raw fields "
+                       f"per line (t2t-show --task {task.name} --raw prints some).")
+    return raw
+
+
+def checked_fields(raw: dict, number: int, task: Task, reference: dict) -> dict:
+    """``raw`` checked against the fields of the task's data (names, JSON types), with the fields it leaves
+    out filled by an empty value (a label: -1, unlabelled as GLUE's test rows; a text: ""; a list: []) where
+    the inputs do not depend on them: a prediction needs no gold label."""
+    hint = f"give the task's raw fields (t2t-show --task {task.name} --raw prints some)"
+    unknown = sorted(set(raw) - set(reference))
+    if unknown:
+        raise T2TError(f"input line {number} has field {unknown[0]!r}, which task {task.name}'s data does not "
+                       f"have (its fields: {', '.join(reference)}); {hint}.")
+    for key, value in raw.items():
+        if reference[key] is not None and json_kind(value) != json_kind(reference[key]):
+            raise T2TError(f"input line {number}: field {key!r} must be {json_kind(reference[key])}, as in task "
+                           f"{task.name}'s data, got {value!r}; {hint}.")
+    filled = {**{k: empty_like(v) for k, v in reference.items() if k not in raw}, **raw}
+    inputs = preprocessed_inputs(task, filled, number)
+    for key in reference.keys() - raw.keys():
+        if preprocessed_inputs(task, {**filled, key: reference[key]}, number) != inputs:
+            raise T2TError(f"input line {number} has no field {key!r}, which task {task.name}'s inputs are made "
+                           f"from; {hint}.")
+    return filled
+
+
+def json_kind(value) -> str:
+    """A value's JSON type, as an error names it."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, numbers.Number):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, (list, tuple)) else "an object" if isinstance(value, dict) else "null"
+
+
+def empty_like(value):
+    """The value a left-out field takes: a number -1 (a label's "unlabelled"), else an empty one."""
+    empty = {"true or false": False, "a number": -1, "a string": "", "a list": [], "an object": {}}
+    return empty.get(json_kind(value))
+
+
+def preprocessed_inputs(task: Task, raw: dict, number: int) -> str:
+    """The ``inputs`` string task's text preprocessing makes of ``raw``; a failure names the line."""
     try:
-        text = task.preprocess(raw)["inputs"]
+        return task.preprocess(raw)["inputs"]
+    except T2TError as e:
+        raise T2TError(f"input line {number}: {e}") from None
     except KeyError as e:
         raise T2TError(f"input line {number} has no field {e.args[0]!r}, which task {task.name}'s preprocessing "
-                       f"reads; give the task's raw fields (see t2t-show --task {task.name}).") from None
+                       f"reads; give the task's raw fields (t2t-show --task {task.name} --raw prints some).") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise T2TError(f"input line {number}: task {task.name}'s preprocessing cannot read its fields ({e}); "
+                       f"give the task's raw fields with their types (t2t-show --task {task.name} --raw prints "
+                       f"some).") from None
+
+
+def encode(text: str, task: Task | None, vocab) -> np.ndarray:
+    """Token ids of an input string as the task's ``inputs`` feature tokenizes it (EOS appended)."""
+    if task is None:
+        return np.asarray(vocab.encode(text) + [vocab.eos_id], dtype=np.int64)
     feature = task.output_features["inputs"]
     feature_vocab = feature.vocabulary or vocab
     ids = feature_vocab.encode(text)

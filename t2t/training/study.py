@@ -135,7 +135,7 @@ def run_tool(tool: str, args: list[str], threads: int, log_file: Path) -> None:
     """One t2t command in its own process with ``threads`` threads; its output goes to ``log_file``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     entry = {"t2t-train": "train_main", "t2t-eval": "eval_main"}[tool]
-    command = [sys.executable, "-c", f"import sys; from t2t.cli.main import {entry}; sys.exit({entry}())",
+    command = [sys.executable, "-c", f"import sys; from t2t.cli import {entry}; sys.exit({entry}())",
                *args, "--set", f"threads={threads}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     log.info("%s %s", tool, " ".join(args))

@@ -64,7 +64,7 @@ class TrainConfig:
     save_every: int = 1000            # save a checkpoint every N steps (and at the last)
     keep_checkpoints: int = 3         # newest checkpoints kept (older ones are deleted)
     verify_checkpoints: bool = True   # resume checks each file's sha256 (false: skip it, for very large models)
-    eval_every: int = 0               # 0: no evaluation during training
+    eval_every: int = 0               # evaluate every N steps (0: no evaluation during training)
     eval_mixture: str | None = None   # what that evaluation scores (default: the training mixture's tasks)
     eval_max_examples: int = 256      # examples per task in evaluation during training
     eval_batch_size: int = 32         # examples decoded at once in evaluation during training

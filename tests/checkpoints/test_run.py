@@ -199,7 +199,7 @@ def test_evaluating_a_run_with_another_vocabulary_is_an_error(setup, tmp_path):
 
 
 def test_t2t_train_resumes_with_the_runs_settings_when_given_only_the_run(setup, tmp_path, capsys):
-    from t2t.cli.main import train_main
+    from t2t.cli import train_main
     straight = train(settings(setup, tmp_path / "straight", train_steps=4, save_every=4))
     train(settings(setup, tmp_path / "run"))
     forget_sources(setup)
@@ -226,7 +226,7 @@ def evaluated_run(setup, tmp_path):
 
 
 def test_predict_gives_the_predictions_evaluation_scored(setup, tmp_path, capsys):
-    from t2t.cli.main import predict_main
+    from t2t.cli import predict_main
     scored = evaluated_run(setup, tmp_path)
     inputs = tmp_path / "inputs.txt"
     inputs.write_text("".join(r["inputs"] + "\n" for r in scored))
@@ -276,7 +276,7 @@ def test_settings_added_to_t2t_after_a_run_was_recorded_are_not_differences(tmp_
 
 
 def test_export_of_a_moved_run_ships_the_runs_own_vocabulary(setup, tmp_path):
-    from t2t.cli.main import export_main
+    from t2t.cli import export_main
     train(settings(setup, tmp_path / "run"))
     vocab_bytes = (setup.src / "my.model").read_bytes()
     forget_sources(setup)

@@ -1,6 +1,8 @@
 """CLI wrappers: one-sentence errors and the vocabulary trainer's file selection."""
 
 import dataclasses
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,10 @@ import yaml
 
 from t2t import config
 from t2t.cli import settings_doc
-from t2t.cli.main import PARSERS, eval_main, run_cli, text_files, train_main
+from t2t.cli import COMMANDS, eval_main, predict_main, train_main
+from t2t.cli.common import run_cli
+from t2t.cli.vocab import text_files
+from t2t.models.t5 import resolve_model_config
 from t2t.training.train import TrainConfig
 from t2t.errors import T2TError
 
@@ -59,7 +64,7 @@ def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
             "--vocab", str(tiny_vocabulary().path), "--output-dir", str(tmp_path / "run"), "--train-steps", "2",
             "--batch-size", "4", "--log-every", "1", "--eval-every", "2", "--set", "eval_max_examples=4",
             "--set", "input_length=16", "--set", "target_length=8"]
-    code = "import sys; from t2t.cli.main import train_main; sys.exit(train_main())"
+    code = "import sys; from t2t.cli import train_main; sys.exit(train_main())"
     run = subprocess.run([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          timeout=600)
     output = run.stdout.decode()
@@ -68,9 +73,9 @@ def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
     assert "step 2: loss" in output and "cli_copy/accuracy" in output  # plain lines instead of the bar
 
 
-@pytest.mark.parametrize("command", sorted(PARSERS))
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_flag_says_what_it_does_and_help_shows_an_example(command):
-    parser = PARSERS[command]()
+    parser = COMMANDS[command].parser()
     undocumented = [a.option_strings or a.dest for a in parser._actions if not a.help]
     assert undocumented == []
     examples = parser.format_help().split("\nexamples:\n")[1]
@@ -91,15 +96,114 @@ def test_settings_reference_lists_each_setting_with_type_default_and_comment():
         assert f.name in rows or any(key.startswith(f"{f.name}.") for key in rows), f.name
 
 
-def test_print_config_prints_the_resolved_settings_and_exits(tmp_path, capsys):
+def test_print_config_prints_the_resolved_settings_and_exits(tmp_path, capsys, t5_vocab_path):
     assert train_main(["--task", "rte", "--model", "t5-tiny", "--batch-size", "8", "--set", "optimizer.name=adamw",
                        "--output-dir", str(tmp_path / "run"), "--print-config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed == config.to_dict(config.from_dict(TrainConfig, {
+    expected = config.to_dict(config.from_dict(TrainConfig, {
         "mixture": "rte", "model": {"preset": "t5-tiny"}, "batch_size": 8, "optimizer": {"name": "adamw"},
         "output_dir": str(tmp_path / "run")}))
+    model = {**config.to_dict(resolve_model_config("t5-tiny")), "vocab_size": 32128}  # sized for T5's 32,100 ids
+    assert printed == {**expected, "model": {"preset": "t5-tiny", **model}, "vocab": str(t5_vocab_path),
+                       "data_dir": str(t5_vocab_path.parents[1])}
     assert not (tmp_path / "run").exists()
     assert eval_main(["--task", "rte", "--checkpoint", "google-t5/t5-small", "--beam-size", "4",
                       "--print-config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["beam_size"] == 4 and printed["checkpoint"] == "google-t5/t5-small" and printed["split"] == "validation"
+    assert (printed["vocab"], printed["data_dir"]) == (str(t5_vocab_path), str(t5_vocab_path.parents[1]))
+
+
+def test_print_config_rejects_an_unknown_model_key(capsys):
+    assert train_main(["--task", "rte", "--model", "t5-tiny", "--set", "model.num_layerz=3", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown setting model.num_layerz for ModelConfig") and err.count("\n") == 1
+
+
+def example_commands(command: str) -> list[list[str]]:
+    """The command lines of ``command``'s --help examples, as argument lists (comments and pipes left out)."""
+    text = COMMANDS[command].parser().format_help().split("\nexamples:\n")[1].replace("\\\n", " ")
+    lines = [line[line.index(command):] for line in text.splitlines() if f"{command} " in line or
+             line.strip() == command]
+    return [shlex.split(line, comments=True)[1:] for line in lines]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_help_example_parses_and_its_settings_resolve(command, tmp_path, monkeypatch):
+    """What --help shows works as written: each example's flags, and the --set example of its help."""
+    monkeypatch.chdir(tmp_path)  # runs/... in the examples: no run there, so nothing resumes
+    module = COMMANDS[command]
+    examples = example_commands(command)
+    assert examples
+    for argv in examples:
+        args = module.parser().parse_args(argv)
+        if hasattr(module, "settings"):
+            module.settings(args)
+    match = re.search(r"e\.g\. --set (\S+)", " ".join(module.parser().format_help().split()))
+    if hasattr(module, "settings"):
+        required = [a for a in examples[0] if a != "--print-config"]
+        module.settings(module.parser().parse_args([*required, "--set", match[1]]))
+
+
+def test_study_help_names_the_study_configs():
+    shipped = sorted(p.stem for p in (Path(__file__).parents[2] / "configs" / "studies").glob("*.yaml"))
+    assert len(shipped) >= 3
+    assert f"configs/studies: {', '.join(shipped)}" in COMMANDS["t2t-study"].parser().format_help()
+
+
+def test_flags_take_type_default_and_help_from_the_settings_dataclasses():
+    help_text = " ".join(COMMANDS["t2t-train"].parser().format_help().split())
+    assert "--train-steps TRAIN_STEPS train until this step (default: 1000)" in help_text
+    assert "--learning-rate LEARNING_RATE peak rate" in help_text and "(default: 0.001)" in help_text
+    args = COMMANDS["t2t-train"].parser().parse_args(["--learning-rate", "3e-3", "--module", "a.py", "--module", "b"])
+    cfg = COMMANDS["t2t-train"].settings(args)
+    assert (cfg.optimizer.learning_rate, cfg.modules) == (3e-3, ["a.py", "b"])
+    study = COMMANDS["t2t-study"]
+    cfg = study.settings(study.parser().parse_args(["--targets", "rte, mrpc", "--train-args", "--model 't5-tiny'"]))
+    assert (cfg.targets, cfg.train_args) == (["rte", "mrpc"], ["--model", "t5-tiny"])
+
+
+DOCUMENTED = [Path(__file__).parents[2] / name for name in ("README.md", "docs", "examples")]
+
+
+def documented_command_lines() -> list[tuple[str, list[str]]]:
+    """(command, arguments) of each t2t-* command line written in README.md, docs/*.md and examples/*.sh."""
+    files = [DOCUMENTED[0], *DOCUMENTED[1].glob("*.md"), *DOCUMENTED[2].glob("*.sh")]
+    found = []
+    for file in files:
+        text = file.read_text().replace("\\\n", " ")
+        for match in re.finditer(r"(?m)(t2t-(?:train|eval|predict|show|tasks|vocab|study|export))((?: +[^\s`|;&)]+)+)",
+                                 text):
+            words = match[2].split()
+            if words and words[0].startswith("-") or match[1] in ("t2t-vocab", "t2t-export"):
+                found.append((match[1], shlex.split(" ".join(words), comments=True)))
+    return found
+
+
+def test_flags_written_in_the_docs_still_parse():
+    lines = documented_command_lines()
+    assert len(lines) > 20
+    options = {command: {o for a in module.parser()._actions for o in a.option_strings}
+               for command, module in COMMANDS.items()}
+    for command, argv in lines:
+        known = options[command]
+        unknown = [w.split("=")[0] for w in argv if w.startswith("--") and " " not in w and w.split("=")[0] not in known]
+        assert unknown == [], (command, argv)
+
+
+@pytest.mark.parametrize("command", ["t2t-eval", "t2t-predict"])
+@pytest.mark.parametrize("flags, message", [
+    (["--beam-size", "0"], "setting beam_size must be > 0, got 0"),
+    (["--temperature", "-1"], "setting temperature must be >= 0, got -1.0"),
+    (["--top-k", "-5"], "setting top_k must be >= 0, got -5"),
+    (["--max-length", "0"], "setting max_length must be > 0, got 0"),
+    (["--max-length", "-3"], "setting max_length must be > 0, got -3"),
+    (["--max-length", "-2"], "setting max_length must be > 0, got -2"),
+    (["--batch-size", "0"], "setting batch_size must be > 0, got 0"),
+])
+def test_decoding_settings_are_checked_alike_in_eval_and_predict(command, flags, message, tmp_path, capsys):
+    main = {"t2t-eval": eval_main, "t2t-predict": predict_main}[command]
+    task = ["--task", "rte"] if command == "t2t-eval" else []
+    assert main([*task, "--checkpoint", str(tmp_path / "none"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err

@@ -15,7 +15,7 @@ SMALL = ["--model", "t5-tiny", "--batch-size", "8", "--log-every", "4", "--save-
 
 
 def cli(name: str, *args: str, env=None) -> subprocess.CompletedProcess:
-    code = f"import sys; from t2t.cli.main import {name}; sys.exit({name}())"
+    code = f"import sys; from t2t.cli import {name}; sys.exit({name}())"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=900,
                           env=env)
 

@@ -201,7 +201,7 @@ def test_local_or_hub_declares_local_availability(tmp_path):
 
 
 def test_t2t_tasks_lists_the_new_tasks_with_sizes_and_local_splits(data_dir, capsys):
-    from t2t.cli.main import show_main, tasks_main
+    from t2t.cli import show_main, tasks_main
     assert tasks_main(["--data-dir", str(data_dir)]) == 0
     lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("task")}
     assert "[train=87599, validation=10570]" in lines["squad_v010_allanswers"]

@@ -97,7 +97,7 @@ def test_literal_rows(task, split, row, inputs, targets, data_dir):
 
 
 def test_t2t_show_prints_a_superglue_row(data_dir, capsys):
-    from t2t.cli.main import show_main
+    from t2t.cli import show_main
     assert show_main(["--task", "copa", "--split", "validation", "-n", "1", "--data-dir", str(data_dir)]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "inputs": "copa choice1: The toilet filled with water. choice2: Water flowed from the spout. premise: "
@@ -407,7 +407,7 @@ def test_train_and_evaluate_the_superglue_mixture_end_to_end(data_dir, tmp_path)
 
 
 def test_t2t_tasks_lists_superglue_with_sizes_and_local_splits(data_dir, capsys):
-    from t2t.cli.main import tasks_main
+    from t2t.cli import tasks_main
     assert tasks_main(["--data-dir", str(data_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     for line in ("task     super_glue_cb_v102 (cb)  [train=250, validation=56, test=250]  local: train, validation, "

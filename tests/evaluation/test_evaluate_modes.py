@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from t2t.checkpoints import native as checkpoint
-from t2t.cli.main import eval_main
+from t2t.cli import eval_main
 from t2t.evaluation.evaluate import DecodingConfig, evaluate_task, trim_inputs
 from t2t.evaluation.metrics import accuracy
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config

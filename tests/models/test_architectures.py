@@ -183,7 +183,7 @@ def test_beam_search_and_sampling_condition_on_the_prefix(architecture):
 @pytest.mark.integration
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_each_architecture_learns_rte_and_t2t_eval_reports_accuracy(architecture, data_dir, tmp_path):
-    from t2t.cli.main import eval_main, train_main
+    from t2t.cli import eval_main, train_main
     run = tmp_path / "run"
     assert train_main(["--task", "rte", "--data-dir", str(data_dir), "--output-dir", str(run), "--model", "t5-tiny",
                        "--train-steps", "100", "--batch-size", "8", "--log-every", "1", "--save-every", "100",

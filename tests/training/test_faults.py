@@ -109,7 +109,7 @@ def forking_main() -> None:
 
 
 def run_scenario(spec: dict) -> int:
-    from t2t.cli.main import run_cli
+    from t2t.cli.common import run_cli
 
     if spec.get("stderr"):
         os.dup2(os.open(spec["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), 2)

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from t2t.checkpoints import native as checkpoint
-from t2t.cli.main import study_main
+from t2t.cli import study_main
 from t2t.errors import T2TError
 from t2t.evaluation.results import best_checkpoints, task_score
 from t2t.training.study import StudyConfig, rows

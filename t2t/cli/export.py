@@ -1,0 +1,42 @@
+"""``t2t-export``: a run's model and vocabulary as a Hugging Face T5 folder."""
+
+from __future__ import annotations
+
+import argparse
+
+from t2t.checkpoints.hf import to_hf
+from t2t.checkpoints.loading import load_model
+from t2t.checkpoints.run import open_run
+from t2t.cli.common import new_parser, run_cli
+from t2t.data.vocab import load_vocabulary
+
+EXAMPLES = """\
+  t2t-export --checkpoint runs/glue-small --to hf exported/glue-small
+then, in Python: T5ForConditionalGeneration.from_pretrained("exported/glue-small") and
+                 AutoTokenizer.from_pretrained("exported/glue-small")
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = new_parser("t2t-export", "Write a run's model and vocabulary as a Hugging Face T5 folder "
+                   "(model.safetensors, config.json, generation_config.json, spiece.model, "
+                   "tokenizer_config.json) that transformers' T5ForConditionalGeneration and AutoTokenizer "
+                   "load with from_pretrained.", EXAMPLES)
+    p.add_argument("--checkpoint", required=True, help="a run's output dir (its latest checkpoint) or one "
+                                                       "step_* checkpoint")
+    p.add_argument("--to", required=True, choices=["hf"], help="format to write: hf (Hugging Face transformers)")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="folder to write: new, or one an earlier export wrote")
+    p.add_argument("--vocab", help="SentencePiece .model to ship instead of the run's vocabulary")
+    return p
+
+
+@run_cli
+def export_main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    run = open_run(args.checkpoint)  # its vocabulary resolves inside the run, also after a move
+    if args.vocab:
+        print(f"using --vocab {args.vocab} instead of the run's vocabulary ({run.vocab or 'default'})")
+    vocab = load_vocabulary(args.vocab or run.vocab, data_dir=run.data_dir)
+    out = to_hf(load_model(args.checkpoint), args.out_dir, vocabulary=vocab)
+    print(f"wrote {out}: load it with transformers' T5ForConditionalGeneration and AutoTokenizer")
+    return 0
