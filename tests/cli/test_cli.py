@@ -207,3 +207,12 @@ def test_decoding_settings_are_checked_alike_in_eval_and_predict(command, flags,
     assert main([*task, "--checkpoint", str(tmp_path / "none"), *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+
+
+def test_eval_of_a_hub_id_that_does_not_resolve_creates_nothing(tmp_path, monkeypatch, capsys, data_dir):
+    """Output folders come after the model loads: a failed owner/name must not leave ./owner/name/eval,
+    which would from then on be read as a local path."""
+    monkeypatch.chdir(tmp_path)
+    assert eval_main(["--task", "rte", "--checkpoint", "no-such-owner/no-such-model"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert list(tmp_path.iterdir()) == []
