@@ -241,9 +241,9 @@ def test_predict_gives_the_predictions_evaluation_scored(setup, tmp_path, capsys
     assert capsys.readouterr().out.splitlines() == [r["prediction"] for r in scored]
     raw.write_text('{"txt": "no text field"}\n')
     assert predict_main(["--checkpoint", str(tmp_path / "run"), "--task", TASK, "--input", str(raw)]) == 2
-    assert capsys.readouterr().err == (f"error: input line 1 has no field 'text', which task {TASK}'s "
-                                       f"preprocessing reads; give the task's raw fields (see t2t-show --task "
-                                       f"{TASK}).\n")
+    assert capsys.readouterr().err == (f"error: input line 1 has field 'txt', which task {TASK}'s data does not "
+                                       f"have (its fields: text); give the task's raw fields (t2t-show --task "
+                                       f"{TASK} --raw prints some).\n")
 
 
 def test_predict_samples_reproducibly_with_a_seed(setup, tmp_path):
