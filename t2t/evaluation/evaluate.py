@@ -91,12 +91,13 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     if cfg.rank_classification and not any(t.rank_choices for t in tasks):
         raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
                        f"generation (leave out --rank-classification).")
+    out_dir = Path(cfg.output_dir or Path(cfg.checkpoint) / "eval") / cfg.split
+    results.check_output_dir(out_dir)
     distributed.use_threads(cfg.threads)
     device = distributed.pick_device(cfg.device)
     model, vocab = load_model_and_vocabulary(cfg.checkpoint, cfg.vocab, cfg.data_dir)
     model = model.to(device)
-    # only now: a hub id (owner/name) that failed to load must not leave ./owner/name/eval behind
-    out_dir = results.prepare_output_dir(Path(cfg.output_dir or Path(cfg.checkpoint) / "eval") / cfg.split)
+    results.prepare_output_dir(out_dir)  # only now: a hub id that failed to load leaves no ./owner/name/eval
     stamp = results.stamp(cfg.checkpoint, checkpoint.checkpoint_step(cfg.checkpoint), cfg.split)
     scores, undefined = {}, {}
     for task in tasks:

@@ -171,6 +171,17 @@ def format_value(value: float) -> str:
 
 # ---------------------------------------------------------------------------------------------- the files
 
+def check_output_dir(path: Path) -> None:
+    """Before the model loads, creating nothing (a hub id that fails to load must not leave a folder named
+    after it): a file or a read-only folder in the way of ``path`` is one sentence now."""
+    path = Path(path)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise _file_in_the_way(path)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise _not_writable(path, f"{existing} is not writable")
+
+
 def prepare_output_dir(path: Path) -> Path:
     """Create ``path`` and prove it writable, before any decoding: a file or a read-only folder in the way
     is one sentence now rather than a traceback after all the work."""
@@ -180,10 +191,18 @@ def prepare_output_dir(path: Path) -> Path:
         with tempfile.TemporaryFile(dir=path):
             pass
     except (FileExistsError, NotADirectoryError):
-        raise T2TError(f"output dir {path} (or a parent) is a file; pass --output-dir a folder.") from None
+        raise _file_in_the_way(path) from None
     except OSError as e:
-        raise T2TError(f"cannot write to output dir {path} ({e.strerror}); pass a writable --output-dir.") from None
+        raise _not_writable(path, e.strerror) from None
     return path
+
+
+def _file_in_the_way(path: Path) -> T2TError:
+    return T2TError(f"output dir {path} (or a parent) is a file; pass --output-dir a folder.")
+
+
+def _not_writable(path: Path, reason: str) -> T2TError:
+    return T2TError(f"cannot write to output dir {path} ({reason}); pass a writable --output-dir.")
 
 
 def stamp(checkpoint: str, step: int | None, split: str) -> dict:
