@@ -49,6 +49,7 @@ class DecodingConfig:
     seed: int = 0                     # sampling: seed of the draws
     max_length: int | None = None     # most tokens decoded (eval: the longest target; predict: the run's target_length)
     input_length: int = 512           # inputs are cut to this many tokens, EOS kept last (seqio's trim, T5's 512)
+    compile: bool = False             # the decoding step through torch.compile (one graph per batch shape)
 
     def __post_init__(self):
         """The same ranges for t2t-eval, t2t-predict and Python callers."""
@@ -246,7 +247,8 @@ def decode_in_batches(model, inputs: list[np.ndarray], vocab, decoding: Decoding
         batch = pad_rows([inputs[i] for i in idx]).to(device)
         with kernels.autocast(precision, device):
             ids = model.generate(batch, max_new_tokens=max_new_tokens, num_beams=decoding.beam_size,
-                                 temperature=decoding.temperature, top_k=decoding.top_k, generator=generator)
+                                 temperature=decoding.temperature, top_k=decoding.top_k, generator=generator,
+                                 compile=decoding.compile)
         generated += generated_tokens(ids, vocab.eos_id)
         for i, text in zip(idx, vocab.decode_batch(ids.tolist())):
             texts[i] = text

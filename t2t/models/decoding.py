@@ -20,18 +20,42 @@ import torch.nn.functional as F
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
 
 
+def _static_step(model, tokens, position, *cache_tensors):
+    return model.static_decode_step(tokens, position, *cache_tensors)
+
+
+# compiled on first call, then once per model and batch shape (torch.compile guards on both)
+_compiled_static_step = torch.compile(_static_step, fullgraph=True, dynamic=False)
+
+
+def decoding_step(model, compile: bool = False) -> Callable:
+    """``step(tokens [B], cache) -> logits [B, V]``: ``model.decode_step``, or with ``compile`` the model's
+    static-shape step (``T5.static_decode_step``) through ``torch.compile``."""
+    if not compile:
+        return model.decode_step
+
+    def step(tokens: torch.Tensor, cache) -> torch.Tensor:
+        position = torch.tensor([cache.length], device=tokens.device)
+        logits = _compiled_static_step(model, tokens, position, *cache.tensors())
+        cache.length += 1
+        return logits
+
+    return step
+
+
 @torch.no_grad()
 def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 1,
              alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             generator: torch.Generator | None = None, min_new_tokens: int = 0) -> torch.Tensor:
-    """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen."""
+             generator: torch.Generator | None = None, min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
+    """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen. ``compile``
+    runs the decoding step through ``torch.compile`` (``decoding_step``)."""
     if num_beams > 1:
         return beam_search(model, encoder_input_tokens, max_new_tokens, num_beams=num_beams, alpha=alpha,
-                           min_new_tokens=min_new_tokens)
+                           min_new_tokens=min_new_tokens, compile=compile)
     if temperature > 0:
         return sample(model, encoder_input_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
-                      top_p=top_p, generator=generator, min_new_tokens=min_new_tokens)
-    return greedy(model, encoder_input_tokens, max_new_tokens, min_new_tokens=min_new_tokens)
+                      top_p=top_p, generator=generator, min_new_tokens=min_new_tokens, compile=compile)
+    return greedy(model, encoder_input_tokens, max_new_tokens, min_new_tokens=min_new_tokens, compile=compile)
 
 
 def _greedy_choice(logits: torch.Tensor) -> torch.Tensor:
@@ -41,15 +65,15 @@ def _greedy_choice(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def greedy(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *,
-           min_new_tokens: int = 0) -> torch.Tensor:
+           min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
     """Arg-max decoding."""
-    return _decode_loop(model, encoder_input_tokens, max_new_tokens, _greedy_choice, min_new_tokens)
+    return _decode_loop(model, encoder_input_tokens, max_new_tokens, _greedy_choice, min_new_tokens, compile)
 
 
 @torch.no_grad()
 def sample(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
-           min_new_tokens: int = 0) -> torch.Tensor:
+           min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
     """Ancestral sampling from softmax(logits / temperature), optionally restricted to the ``top_k`` most
     likely tokens and/or the smallest set whose probability reaches ``top_p`` (nucleus). Pass a seeded
     ``torch.Generator`` (on the model's device) for reproducible samples."""
@@ -68,11 +92,12 @@ def sample(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, 
             logits = logits.masked_fill(drop, float("-inf"))
         return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
 
-    return _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens)
+    return _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens, compile)
 
 
-def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens) -> torch.Tensor:
+def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens, compile) -> torch.Tensor:
     cfg = model.config
+    step = decoding_step(model, compile)
     cache, hidden = model.begin_decoding(encoder_input_tokens, max_new_tokens)
     logits = model.project(hidden)  # [B, V]
     B, device = logits.shape[0], logits.device
@@ -80,7 +105,7 @@ def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_toke
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         if t:
-            logits = model.decode_step(tokens, cache)  # [B, V]
+            logits = step(tokens, cache)  # [B, V]
         if t < min_new_tokens:
             logits[:, cfg.eos_id] = float("-inf")
         tokens = pick(logits).masked_fill(done, cfg.pad_id)  # [B]
@@ -100,7 +125,7 @@ def t5_length_penalty(alpha: float) -> Callable[[int], float]:
 @torch.no_grad()
 def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 4,
                 alpha: float = 0.6, length_penalty: Callable[[int], float] | None = None,
-                min_new_tokens: int = 0) -> torch.Tensor:
+                min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
     """Beam search returning the best finished hypothesis per row.
 
     Each step scores all ``num_beams × vocab`` continuations, takes the best ``2·num_beams``; the best
@@ -112,6 +137,7 @@ def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int =
     with HF's penalty (``length ** alpha``) it returns what ``transformers`` returns.
     """
     cfg = model.config
+    step = decoding_step(model, compile)
     lp = length_penalty or t5_length_penalty(alpha)
     B, K, N = encoder_input_tokens.shape[0], num_beams, max_new_tokens
     device = encoder_input_tokens.device
@@ -169,7 +195,7 @@ def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int =
         if not bool(row_open.any()):
             break
         cache.reorder((row_offset + live_parent).view(-1))
-        logits = model.decode_step(live_seqs[:, :, t].reshape(-1), cache)
+        logits = step(live_seqs[:, :, t].reshape(-1), cache)
 
     length = int(fin_lengths[:, 0].max())
     return fin_seqs[:, 0, :length]

@@ -443,6 +443,11 @@ class DecoderCache:
             bias = bias.masked_fill(~self.key_valid[:, None, None, :t + T], torch.finfo(bias.dtype).min)
         return bias
 
+    def tensors(self) -> tuple:
+        """What ``T5.static_decode_step`` reads and writes, in its argument order."""
+        return (self.self_k, self.self_v, self.qkv_weights, self.self_bias_table, self.key_valid, self.cross_k,
+                self.cross_v, self.cross_bias)
+
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (beam search); cross-attention state is shared by an example's beams."""
         self.self_k = [k.index_select(0, index) for k in self.self_k]
@@ -701,3 +706,25 @@ class T5(nn.Module):
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """Feed one decoder token per row (``tokens`` [B]) at position ``cache.length``; logits [B, V]."""
         return self.project(self.extend(tokens[:, None], cache)[:, 0])  # [B, V]
+
+    def static_decode_step(self, tokens, position, self_k, self_v, qkv_weights, bias_table, key_valid, cross_k,
+                           cross_v, cross_bias) -> torch.Tensor:
+        """``decode_step`` at ``position`` ([1] long tensor) over ``DecoderCache.tensors()``, with shapes that do
+        not change from one position to the next: every step attends over the whole preallocated cache, the
+        keys not written yet masked by the causal bias table, so ``torch.compile`` makes one graph per batch
+        shape instead of one per position (``t2t.models.decoding``, ``compile=True``). Does not advance
+        ``cache.length``."""
+        x = self.decoder.dropout(self.shared(tokens[:, None]))  # [B, 1, d]
+        bias = bias_table.index_select(2, position)  # [1, H, 1, max_len]
+        if key_valid is not None:
+            bias = bias.masked_fill(~key_valid[:, None, None, :], torch.finfo(bias.dtype).min)
+        for i, block in enumerate(self.decoder.blocks):
+            attn = block.self_attn
+            q, k, v = attn.project_qkv(attn.layer_norm(x), qkv_weights[i])  # [B, H, 1, d_kv] each
+            self_k[i].index_copy_(2, position, k)
+            self_v[i].index_copy_(2, position, v)
+            x = _clamp_fp16(x + attn.dropout(attn.attend(q, self_k[i], self_v[i], bias)))
+            if cross_k:
+                x = _clamp_fp16(block.cross_attn(x, cross_bias, kv=(cross_k[i], cross_v[i])))
+            x = _clamp_fp16(block.ff(x))
+        return self.project(self.decoder.dropout(self.decoder.final_layer_norm(x))[:, 0])  # [B, V]
