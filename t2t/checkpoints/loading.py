@@ -74,5 +74,8 @@ def _read_model_config(path: Path) -> ModelConfig:
     data = read_json(path, "model config")
     try:
         return config_lib.from_dict(ModelConfig, data)
+    except config_lib.SettingError as e:
+        raise T2TError(f"model config {path} has {e.key} {e.value!r}, which must be {e.requirement}; the file was "
+                       f"edited or is corrupt, so restore it from a copy.") from None
     except T2TError as e:
         raise T2TError(f"model config {path} is invalid: {str(e).rstrip('.')}.") from None

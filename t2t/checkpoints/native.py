@@ -210,7 +210,9 @@ def _yaml_safe(obj: Any) -> Any:
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """The complete checkpoints in ``run_dir``, oldest step first (temp and trash folders are ignored; an
-    ``.old-step_…`` stands for its step while a save of the same step is being published)."""
+    ``.old-step_…`` stands for its step while a save of the same step is being published). A folder whose
+    name does not give the step saved inside it is a T2TError; one deleted while it is listed (rotation by a
+    running t2t-train) is left out."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
@@ -221,10 +223,43 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
             continue
         missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
         if missing:
-            log.warning("ignoring %s: it has no %s", path, ", ".join(missing))
+            if path.is_dir():
+                log.warning("ignoring %s: it has no %s", path, ", ".join(missing))
             continue
-        found[int(match[1])] = path
+        if _listed_step(path) is not None:
+            found[int(match[1])] = path
     return [found[step] for step in sorted(found)]
+
+
+def _listed_step(path: Path) -> int | None:
+    """The step saved in step folder ``path``, checked against its name; None if it was deleted meanwhile."""
+    try:
+        return check_folder_name(path)
+    except T2TError:
+        if not path.is_dir():
+            return None
+        raise
+
+
+def saved_step(folder: str | os.PathLike) -> int:
+    """The step checkpoint ``folder`` holds: the ``step`` of its trainer_state.json."""
+    file = Path(folder) / TRAINER_STATE_FILE
+    step = read_json(file, "trainer state").get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise T2TError(f"trainer state {file} has step {step!r}, not a step number; the file was edited or is "
+                       f"corrupt, so restore it or move {Path(folder).name} out of the run.")
+    return step
+
+
+def check_folder_name(folder: str | os.PathLike) -> int:
+    """The step saved in ``folder``, which must be the step its ``step_*`` name says (when it has one)."""
+    folder = Path(folder)
+    step = saved_step(folder)
+    named = named_step(folder)
+    if named not in (None, step):
+        raise T2TError(f"checkpoint folder {folder} holds step {step} (its {TRAINER_STATE_FILE}), not {named}; "
+                       f"move it out of {folder.parent} or give it its own name {checkpoint_name(step)}.")
+    return step
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
@@ -234,14 +269,13 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 
 
 def checkpoint_step(path: str | os.PathLike) -> int | None:
-    """The training step of a step folder, or of a run dir's latest checkpoint; None for anything else
+    """The training step saved in a step folder, or in a run dir's latest checkpoint; None for anything else
     (a Hugging Face folder or hub id)."""
     path = Path(path)
-    match = _STEP_DIR.match(path.name)
-    if match is None and path.is_dir():
-        latest = latest_checkpoint(path)
-        match = _STEP_DIR.match(latest.name) if latest is not None else None
-    return int(match.group(1)) if match else None
+    if not path.is_dir():
+        return None
+    folder = path if is_checkpoint_dir(path) else latest_checkpoint(path)
+    return check_folder_name(folder) if folder is not None else None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -288,21 +322,31 @@ def read_optimizer_state(path: str | os.PathLike, verify: bool = True) -> dict:
     return torch_load(path / OPTIMIZER_FILE, "optimizer state")
 
 
-def read_settings(path: str | os.PathLike) -> dict | None:
+def read_settings(path: str | os.PathLike, verify: bool = True) -> dict | None:
     """The resolved training settings saved beside checkpoint ``path`` (None if there are none)."""
     path = _resolve_checkpoint_dir(Path(path))
     if not (path / SETTINGS_FILE).is_file():
         return None
-    verify_checkpoint(path, [SETTINGS_FILE])
+    if verify:
+        verify_checkpoint(path, [SETTINGS_FILE])
     return config_lib.read_config_file(path / SETTINGS_FILE)
 
 
 def verify_checkpoint(path: str | os.PathLike, names: list[str] | None = None) -> None:
     """Check the files of checkpoint ``path`` (all, or ``names``) against the checksums recorded when it
     was saved (``sha256sum -c checksums.sha256`` in the folder does the same). A mismatch is a T2TError that
-    names the newest checkpoint of the run that verifies. Checkpoints from before t2t recorded checksums
-    pass unchecked."""
+    names the newest checkpoint of the run that verifies.
+
+    A checkpoint without checksums.sha256 is refused too: deleting or emptying the file must not turn the
+    check off. That includes checkpoints saved by t2t versions that did not record checksums: the error
+    says how to record them for files one trusts, or to load with ``verify_checkpoints: false``."""
     path = Path(path)
+    file = path / durable.CHECKSUMS_FILE
+    if not file.is_file():
+        raise T2TError(f"checkpoint {path} has no {file.name}, so its files cannot be verified (it was deleted, "
+                       f"or the checkpoint predates checksums); if you trust its files, record them with `cd "
+                       f"{path} && sha256sum * > {file.name}`, or load it unchecked with --set "
+                       f"verify_checkpoints=false.")
     problem = _checksum_problem(path, names)
     if problem:
         raise T2TError(f"{problem}; {_fallback(path)}.")
@@ -311,14 +355,17 @@ def verify_checkpoint(path: str | os.PathLike, names: list[str] | None = None) -
 def _checksum_problem(path: Path, names: list[str] | None) -> str | None:
     file = path / durable.CHECKSUMS_FILE
     if not file.is_file():
-        return None
+        return f"checksum file {file} is missing"
     recorded = durable.parse_checksums(file.read_text(errors="replace"))
-    if recorded is None:
-        return f"checksum file {file} is corrupt"
+    if not recorded:
+        return f"checksum file {file} is empty or corrupt"
+    recorded.pop(durable.CHECKSUMS_FILE, None)  # listed by a `sha256sum *` run over an emptied file
     for name in recorded if names is None else names:
         target = path / name
-        if name not in recorded:  # a file this save did not write (no optimizer, no RNG state)
-            continue
+        if name not in recorded:
+            if target.exists():  # not written by the save: added (or hidden from the list) later
+                return f"checkpoint file {target} is not listed in {file} (it was added after the save)"
+            continue  # a file this save did not write (no optimizer, no RNG state)
         if not target.is_file():
             return f"checkpoint file {target} is missing"
         if durable.sha256_of(target) != recorded[name]:
@@ -329,18 +376,20 @@ def _checksum_problem(path: Path, names: list[str] | None) -> str | None:
 def _fallback(path: Path) -> str:
     """What to do about corrupt checkpoint ``path``: resume from the newest older one that verifies."""
     run_dir = path.parent
-    step = _step_of(path)
+    step = named_step(path)
+    step = -1 if step is None else step
     for candidate in reversed(list_checkpoints(run_dir)):
-        if _step_of(candidate) < step and _checksum_problem(candidate, None) is None:
+        if named_step(candidate) < step and _checksum_problem(candidate, None) is None:
             return (f"the newest checkpoint that verifies is {candidate}: move {path.name} out of {run_dir} and "
-                    f"run the same command again to resume from step {_step_of(candidate)} (t2t-eval: pass "
+                    f"run the same command again to resume from step {named_step(candidate)} (t2t-eval: pass "
                     f"--checkpoint {candidate})")
     return f"no older checkpoint in {run_dir} verifies, so restore the file from a copy or start a new run dir"
 
 
-def _step_of(path: Path) -> int:
-    match = _STEP_DIR.match(path.name)
-    return int(match[1]) if match else -1
+def named_step(path: str | os.PathLike) -> int | None:
+    """The step a ``step_*`` folder's name says (None for any other name)."""
+    match = _STEP_DIR.match(Path(path).name)
+    return int(match[1]) if match else None
 
 
 def is_checkpoint_dir(path: str | os.PathLike) -> bool:

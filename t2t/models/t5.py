@@ -84,6 +84,16 @@ class ModelConfig:
     # on the CPU forward only, so it serves inference there and training on CUDA)
     attention: Literal["sdpa", "flex"] = "sdpa"
 
+    def __post_init__(self):
+        config_lib.check(self, positive=("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
+                                         "num_heads", "relative_attention_num_buckets",
+                                         "relative_attention_max_distance", "layer_norm_epsilon"),
+                         non_negative=("pad_id", "eos_id", "decoder_start_id", "adapter_dim"),
+                         fraction=("dropout_rate",))
+        for name in ("pad_id", "eos_id", "decoder_start_id"):
+            if getattr(self, name) >= self.vocab_size:
+                raise config_lib.SettingError(name, f"< vocab_size ({self.vocab_size})", getattr(self, name))
+
     @property
     def decoder_layers(self) -> int:
         return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -262,8 +263,8 @@ def test_latest_checkpoint_of_missing_or_empty_run_dir_is_none(tmp_path):
 
 @pytest.fixture
 def saved(tmp_path) -> Path:
-    """A checkpoint without checksums.sha256 (as saved before t2t wrote one), so that each reader meets the
-    damaged file itself; tests/test_faults.py checks the checksums."""
+    """A checkpoint without checksums.sha256, read with ``verify=False``, so that each reader meets the
+    damaged file itself; tests/training/test_faults.py checks the checksums."""
     model = tiny_model()
     path = save_checkpoint(tmp_path / "run", 100, model, optimizer=trained_optimizer(model),
                            trainer_state={"data": {"position": 3}})
@@ -276,10 +277,10 @@ def test_truncated_safetensors(saved):
     data = file.read_bytes()
     file.write_bytes(data[: len(data) // 2])
     with pytest.raises(T2TError) as e:
-        load_model(saved)
+        load_model(saved, verify=False)
     assert "truncated or corrupt" in assert_one_sentence_naming(e, file)
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved, model=tiny_model())
+        load_checkpoint(saved, model=tiny_model(), verify=False)
     assert_one_sentence_naming(e, file)
 
 
@@ -287,7 +288,7 @@ def test_garbage_safetensors_header(saved):
     file = saved / "model.safetensors"
     file.write_bytes(b"this is not a safetensors file at all")
     with pytest.raises(T2TError) as e:
-        load_model(saved)
+        load_model(saved, verify=False)
     assert_one_sentence_naming(e, file)
 
 
@@ -295,7 +296,7 @@ def test_garbage_safetensors_header(saved):
 def test_garbage_json(saved, name):
     (saved / name).write_text('{"d_model": 16,,')
     with pytest.raises(T2TError) as e:
-        load_model(saved) if name == "config.json" else load_checkpoint(saved)
+        load_model(saved, verify=False) if name == "config.json" else load_checkpoint(saved, verify=False)
     assert "not valid JSON" in assert_one_sentence_naming(e, saved / name)
 
 
@@ -304,7 +305,7 @@ def test_config_with_unknown_field(saved):
     cfg["d_modle"] = 16
     (saved / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(T2TError) as e:
-        load_model(saved)
+        load_model(saved, verify=False)
     assert "d_modle" in assert_one_sentence_naming(e, saved / "config.json")
 
 
@@ -312,14 +313,14 @@ def test_missing_weights_file(saved):
     (saved / "model.safetensors").unlink()
     assert latest_checkpoint(saved.parent) is None  # an incomplete folder is never "latest"
     with pytest.raises(T2TError) as e:
-        load_model(saved)
+        load_model(saved, verify=False)
     assert_one_sentence_naming(e, saved / "model.safetensors")
 
 
 def test_missing_optimizer_file(saved):
     (saved / "optimizer.pt").unlink()
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved, optimizer=torch.optim.AdamW(tiny_model().parameters()))
+        load_checkpoint(saved, optimizer=torch.optim.AdamW(tiny_model().parameters()), verify=False)
     assert_one_sentence_naming(e, saved / "optimizer.pt")
 
 
@@ -328,7 +329,7 @@ def test_config_does_not_match_weights(saved):
     cfg["d_ff"] = 48
     (saved / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(T2TError) as e:
-        load_model(saved)
+        load_model(saved, verify=False)
     message = assert_one_sentence_naming(e, saved / "model.safetensors")
     assert "does not match its config" in message
     assert "encoder.blocks.0.ff.wi.weight has shape [32, 16], expected [48, 16]" in message
@@ -341,21 +342,21 @@ def test_missing_and_unexpected_keys(saved):
     cfg["feed_forward_proj"] = "gated-gelu"
     (saved / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(T2TError) as e:
-        load_model(saved)
+        load_model(saved, verify=False)
     message = assert_one_sentence_naming(e, saved / "model.safetensors")
     assert "is missing" in message
 
 
 def test_checkpoint_into_a_different_model(saved):
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved, model=tiny_model(d_model=32, d_kv=8))
+        load_checkpoint(saved, model=tiny_model(d_model=32, d_kv=8), verify=False)
     assert "does not match the model" in assert_one_sentence_naming(e, saved / "model.safetensors")
 
 
 def test_optimizer_state_for_another_optimizer(saved):
     other = torch.nn.Linear(3, 3)
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved, optimizer=torch.optim.AdamW(other.parameters()))
+        load_checkpoint(saved, optimizer=torch.optim.AdamW(other.parameters()), verify=False)
     assert_one_sentence_naming(e, saved / "optimizer.pt")
 
 
@@ -389,7 +390,7 @@ def test_pickle_that_refers_to_code_is_refused_as_such(saved, tmp_path, payload)
     torch.save({"state": {}, "param_groups": [], "payload": payload(marker) if payload is _PickleBomb else payload()},
                saved / "optimizer.pt")
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved, model=tiny_model(), optimizer=torch.optim.AdamW(tiny_model().parameters()))
+        load_checkpoint(saved, model=tiny_model(), optimizer=torch.optim.AdamW(tiny_model().parameters()), verify=False)
     message = assert_one_sentence_naming(e, saved / "optimizer.pt")
     assert "refers to Python code" in message and "was not loaded" in message, message
     assert "corrupt" not in message, message
@@ -400,7 +401,7 @@ def test_pickle_bomb_rng_file_is_refused(saved, tmp_path):
     marker = tmp_path / "pwned.txt"
     torch.save(_PickleBomb(marker), saved / "rng.pt")
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved)
+        load_checkpoint(saved, verify=False)
     assert_one_sentence_naming(e, saved / "rng.pt")
     assert not marker.exists()
 
@@ -420,9 +421,9 @@ def test_pickle_bomb_hf_pytorch_model_bin_is_refused(tmp_path):
 def test_corrupt_rng_file(saved):
     (saved / "rng.pt").write_bytes(b"garbage")
     with pytest.raises(T2TError) as e:
-        load_checkpoint(saved)
+        load_checkpoint(saved, verify=False)
     assert_one_sentence_naming(e, saved / "rng.pt")
-    assert load_checkpoint(saved, restore_rng=False)["step"] == 100
+    assert load_checkpoint(saved, restore_rng=False, verify=False)["step"] == 100
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -539,3 +540,78 @@ def test_conversion_names_stay_importable_from_t2t_checkpoint():
     assert (from_hf, to_hf, hf_key, from_t5x) == (hf.from_hf, hf.to_hf, hf.hf_key, t5x.from_t5x)
     with pytest.raises(AttributeError):
         checkpoint.no_such_name
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checksums cannot be switched off by deleting them; names agree with the steps inside
+
+
+def rewrite_checksums(folder: Path) -> None:
+    from t2t.checkpoints import durable
+    files = {p.name: durable.sha256_of(p) for p in folder.iterdir() if p.name != "checksums.sha256"}
+    (folder / "checksums.sha256").write_text(durable.format_checksums(files))
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_checkpoint_without_its_checksums_is_refused_like_a_corrupt_one(tmp_path, how):
+    model = tiny_model()
+    path = save_checkpoint(tmp_path, 1, model)
+    weights = path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0xFF  # damage a weight, then hide it by removing the checksums
+    weights.write_bytes(bytes(data))
+    (path / "checksums.sha256").unlink() if how == "deleted" else (path / "checksums.sha256").write_text("")
+    expected = ("has no checksums.sha256, so its files cannot be verified .*sha256sum .*verify_checkpoints=false"
+                if how == "deleted" else "checksum file .*checksums.sha256 is empty or corrupt")
+    with pytest.raises(T2TError, match=expected):
+        load_model(path)
+    with pytest.raises(T2TError, match=expected):
+        load_checkpoint(path, model=tiny_model())
+    load_model(path, verify=False)  # the way out, for a user who knows
+
+
+def test_a_file_the_save_did_not_list_is_refused(tmp_path):
+    path = save_checkpoint(tmp_path, 1, tiny_model())
+    (path / "base.json").write_text(json.dumps({"base": str(tmp_path / "elsewhere")}))
+    with pytest.raises(T2TError, match=r"checkpoint file .*base.json is not listed in .*checksums.sha256"):
+        load_model(path)
+
+
+def test_a_checkpoint_folder_renamed_to_another_step_is_refused(tmp_path):
+    model = tiny_model()
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, keep_last=3)
+    os.rename(tmp_path / "step_00000001", tmp_path / "step_00000900")
+    message = (rf"checkpoint folder {tmp_path / 'step_00000900'} holds step 1 \(its trainer_state.json\), not 900; "
+               rf"move it out of {tmp_path} or give it its own name step_00000001")
+    with pytest.raises(T2TError, match=message):
+        latest_checkpoint(tmp_path)
+    with pytest.raises(T2TError, match=message):
+        save_checkpoint(tmp_path, 4, model, keep_last=2)  # rotation refuses to guess which are the newest
+    assert {"step_00000002", "step_00000003", "step_00000004"} <= {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(T2TError, match=message):
+        checkpoint.checkpoint_step(tmp_path / "step_00000900")
+
+
+@pytest.mark.parametrize("step", ['"abc"', "-1", "1.5", "true", "null"])
+def test_a_hand_edited_step_names_the_file_and_key(tmp_path, step):
+    path = save_checkpoint(tmp_path, 1, tiny_model())
+    state = path / "trainer_state.json"
+    state.write_text(state.read_text().replace('"step": 1', f'"step": {step}'))
+    with pytest.raises(T2TError, match=rf"trainer state {state} has step .*, not a step number"):
+        latest_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("num_heads", 0, "num_heads 0, which must be > 0"), ("d_ff", -4, "d_ff -4, which must be > 0"),
+    ("eos_id", 10 ** 9, r"eos_id 1000000000, which must be < vocab_size \(64\)"),
+    ("eos_id", 1e9, "setting eos_id must be of type int, got 1000000000.0"),
+    ("dropout_rate", 1.5, r"dropout_rate 1.5, which must be in \[0, 1\)")])
+def test_a_hand_edited_model_config_names_the_file_and_key(tmp_path, key, value, message):
+    path = save_checkpoint(tmp_path, 1, tiny_model())
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, key: value}))
+    rewrite_checksums(path)
+    with pytest.raises(T2TError) as e:
+        load_model(path)
+    assert re.search(message, assert_one_sentence_naming(e, path / "config.json"))
