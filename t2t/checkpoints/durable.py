@@ -5,7 +5,8 @@
   :class:`~t2t.errors.T2TError` sentence.
 - ``append_line(path, line)``: one line appended; a failed write is cut off again, so the file never keeps
   half a line of ours.
-- ``sha256_of`` and the ``checksums.sha256`` format of ``sha256sum`` (``sha256sum -c`` checks a checkpoint).
+- ``sha256_of`` and the ``checksums.sha256`` format of ``sha256sum`` (``sha256sum -c`` checks a checkpoint,
+  or in a run folder the run's own copies of its vocabulary and modules).
 - ``lock_output_dir(dir)``: one writer per run directory (``fcntl.flock``, which the kernel releases when the
   process ends, even by ``kill -9``); a second one stops with a sentence naming the holder's pid.
 """
@@ -95,12 +96,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` (fsynced, with the user's umask), then rename it
-    over ``path``: a reader sees the old file or the new one, never half of one."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to a temporary file beside ``path`` (fsynced, with the user's umask),
+    then rename it over ``path``: a reader sees the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write_file(tmp, text.encode("utf-8"))
+        write_file(tmp, data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)

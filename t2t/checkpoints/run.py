@@ -4,10 +4,19 @@ When training starts, :func:`record_run` copies into the run directory what the 
 
     runs/x/spiece.model          the vocabulary (the name Hugging Face uses; t2t-export copies it from here)
     runs/x/modules/<name>.py     each --module given as a .py file (module names are recorded by name)
+    runs/x/checksums.sha256      the sha256 of spiece.model and modules/*.py (``sha256sum -c`` format)
     runs/x/step_*/train_config.yaml   the resolved settings, with vocab and data_dir as absolute paths
+                                 (covered by the checkpoint's own checksums.sha256)
 
 so a run keeps working when it is moved to another folder or machine. :func:`open_run` reads a run back
-(its settings, and vocabulary and module paths that resolve inside the run); :func:`merge_settings` lays the
+(its settings, and vocabulary and module paths that resolve inside the run) and verifies the run's copies
+against their checksums, so a swapped or damaged vocabulary or module is one error naming the file (a
+run without the checksum file is refused the same way; ``verify=False`` skips the check).
+
+A run's module copies are code. Nothing imports them unasked: :func:`require_module_consent` refuses them
+unless the user passes ``--trust-modules`` or the same files with ``--module``; resuming training in a run
+is consent for module copies the user owns (written by their own t2t-train), not for those another user
+wrote. :func:`merge_settings` lays the
 user's explicit flags over a run's settings and logs one line per flag that overrides one of them;
 :func:`check_resume` lists how resumed settings differ from the recorded ones and refuses the differences
 that break exact continuation.
@@ -21,14 +30,13 @@ import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from t2t.checkpoints import native as checkpoint
 from t2t import config
+from t2t.checkpoints import durable
 from t2t.checkpoints.durable import write_atomic
 from t2t.errors import T2TError
 from t2t.models.t5 import resolve_model_config
@@ -85,16 +93,17 @@ class Run:
         return {"vocab": self.vocab, "modules": self.modules, "data_dir": self.data_dir}
 
 
-def open_run(path: str | os.PathLike) -> Run:
+def open_run(path: str | os.PathLike, verify: bool = True) -> Run:
     """The run of ``path``: a run dir (its latest checkpoint) or one ``step_*`` checkpoint inside one."""
-    found = find_run(path)
+    found = find_run(path, verify)
     if found is None:
         raise T2TError(f"{path} is not a t2t run (no step_* checkpoint in it); pass a run's --output-dir.")
     return found
 
 
-def find_run(path: str | os.PathLike) -> Run | None:
-    """Like :func:`open_run`, but None for anything that is not a t2t run (a Hugging Face folder, a hub id)."""
+def find_run(path: str | os.PathLike, verify: bool = True) -> Run | None:
+    """Like :func:`open_run`, but None for anything that is not a t2t run (a Hugging Face folder, a hub id).
+    ``verify`` checks the run's copies and its settings file against their checksums."""
     path = Path(path)
     if not path.is_dir():
         return None
@@ -104,7 +113,90 @@ def find_run(path: str | os.PathLike) -> Run | None:
         ckpt, run_dir = checkpoint.latest_checkpoint(path), path
         if ckpt is None:
             return None
-    return Run(run_dir, ckpt, checkpoint.read_settings(ckpt) or {})
+    if verify:
+        verify_run_files(run_dir)
+    settings = checkpoint.read_settings(ckpt, verify) or {}
+    check_recorded_locations(settings, ckpt / checkpoint.SETTINGS_FILE)
+    return Run(run_dir, ckpt, settings)
+
+
+def check_recorded_locations(settings: dict, file: Path) -> None:
+    """The recorded settings a run is read with (vocab, data_dir, modules) have the types t2t wrote."""
+    for key in ("vocab", "data_dir"):
+        if settings.get(key) is not None and not isinstance(settings[key], str):
+            raise T2TError(f"settings file {file} has {key} {settings[key]!r}, not a path; the file was edited "
+                           f"or is corrupt, so restore it from a copy.")
+    modules = settings.get("modules") or []
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise T2TError(f"settings file {file} has modules {modules!r}, not a list of module names or files; the "
+                       f"file was edited or is corrupt, so restore it from a copy.")
+
+
+# -- the run's own copies, under checksums ------------------------------------------------------------------
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """The copies a run keeps: its vocabulary and its modules' .py files."""
+    vocab = [run_dir / VOCAB_FILE] if (run_dir / VOCAB_FILE).is_file() else []
+    return vocab + sorted((run_dir / MODULES_DIR).glob("*.py"))
+
+
+def record_checksums(run_dir: Path) -> None:
+    """``run_dir/checksums.sha256``: the sha256 of each of the run's copies, by path inside the run."""
+    checksums = {path.relative_to(run_dir).as_posix(): durable.sha256_of(path) for path in run_files(run_dir)}
+    write_atomic(run_dir / durable.CHECKSUMS_FILE, durable.format_checksums(checksums))
+
+
+def verify_run_files(run_dir: Path) -> None:
+    """Each of the run's copies must match the checksum recorded when training wrote it."""
+    files = run_files(run_dir)
+    file = run_dir / durable.CHECKSUMS_FILE
+    if not files and not file.is_file():
+        return  # a run from before t2t kept copies: it reads the files its settings name
+    names = [p.relative_to(run_dir).as_posix() for p in files]
+    if not file.is_file():
+        raise T2TError(f"run {run_dir} has no {file.name} for its {', '.join(names)}, so they cannot be verified "
+                       f"(it was deleted, or the run predates it); if you trust them, record them with `cd "
+                       f"{run_dir} && sha256sum {' '.join(names)} > {file.name}`.")
+    recorded = durable.parse_checksums(file.read_text(errors="replace")) or {}
+    problem = _run_file_problem(run_dir, files, recorded)
+    if problem:
+        raise T2TError(f"run file {problem} (checksums in {file}); it was replaced or damaged after training "
+                       f"wrote it, so restore the run's copy, or pass the file you mean with a flag (--vocab, "
+                       f"--module).")
+
+
+def _run_file_problem(run_dir: Path, files: list[Path], recorded: dict[str, str]) -> str | None:
+    for path in files:
+        name = path.relative_to(run_dir).as_posix()
+        if name not in recorded:
+            return f"{path} has no recorded checksum"
+        if durable.sha256_of(path) != recorded[name]:
+            return f"{path} does not match its recorded checksum"
+    missing = [name for name in recorded if not (run_dir / name).is_file()]
+    return f"{run_dir / missing[0]} is missing" if missing else None
+
+
+def require_module_consent(run: Run | None, given: list[str], trusted: bool, resuming: bool = False) -> None:
+    """Refuse to import ``run``'s .py modules (code from a folder) unless the user consents: ``trusted``
+    (--trust-modules) or modules of their own (``given``, which replace the run's; a given file with the same
+    contents as a run's copy stands for it). ``resuming`` training in the run also consents for the copies
+    the user owns (their own t2t-train wrote them), never for those of another user."""
+    if run is None or given:
+        return
+    files = [m for m in run.modules if is_module_file(m)]
+    if resuming:
+        files = [m for m in files if not _owned_by_user(m)]
+    if files and trusted:
+        log.info("importing %s's module files %s (--trust-modules)", run.path, ", ".join(files))
+    elif files:
+        raise T2TError(f"run {run.path} would import its module files {', '.join(files)}, code that runs as "
+                       f"you; read them and pass --trust-modules, or pass your own copies with --module.")
+
+
+def _owned_by_user(path: str) -> bool:
+    getuid = getattr(os, "getuid", None)
+    return getuid is not None and Path(path).is_file() and Path(path).stat().st_uid == getuid()
 
 
 def with_run_locations(cfg, run: Run | None):
@@ -194,7 +286,7 @@ def model_changes(recorded: Any, setting: Any) -> list[tuple[str, Any, Any]]:
 
 def record_run(run_dir: str | os.PathLike, vocab_path: str | os.PathLike, modules: list[str]) -> None:
     """Copy the vocabulary to ``run_dir/spiece.model`` and each .py module to ``run_dir/modules/`` (atomic
-    writes; a file already identical is left alone)."""
+    writes with the user's umask; a file already identical is left alone), then record their checksums."""
     run_dir = Path(run_dir)
     files = [m for m in modules if is_module_file(m)]
     names = [Path(m).name for m in files]
@@ -204,6 +296,7 @@ def record_run(run_dir: str | os.PathLike, vocab_path: str | os.PathLike, module
     _copy(Path(vocab_path), run_dir / VOCAB_FILE)
     for module in files:
         _copy(Path(module), run_dir / MODULES_DIR / Path(module).name)
+    record_checksums(run_dir)
 
 
 def record_lineage(run_dir: str | os.PathLike, init_from: str) -> list[dict]:
@@ -228,7 +321,28 @@ def record_lineage(run_dir: str | os.PathLike, init_from: str) -> list[dict]:
 def read_lineage(run_dir: str | os.PathLike) -> list[dict]:
     """The models ``run_dir`` was trained from, nearest first ([] for a run trained from scratch)."""
     path = Path(run_dir) / LINEAGE_FILE
-    return json.loads(path.read_text()) if path.is_file() else []
+    if not path.is_file():
+        return []
+    try:
+        chain = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise T2TError(f"lineage file {path} cannot be read ({e}); restore it from a copy or delete it.") from None
+    bad = next((i for i, a in enumerate(chain) if not _is_ancestor(a)), None) if isinstance(chain, list) else 0
+    if bad is not None:
+        raise T2TError(f"lineage file {path} has an invalid entry {bad} (each is {{\"model\": name}} or a run's "
+                       f"run, checkpoint, step and mixture); restore it from a copy or delete it.")
+    return chain
+
+
+def _is_ancestor(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    if "run" not in entry:
+        return isinstance(entry.get("model"), str)
+    step = entry.get("step")
+    return (isinstance(entry["run"], str) and isinstance(entry.get("checkpoint"), str)
+            and (step is None or (isinstance(step, int) and not isinstance(step, bool)))
+            and isinstance(entry.get("mixture"), (str, type(None))))
 
 
 def recorded_settings(settings: dict, vocab_path: str | os.PathLike) -> dict:
@@ -269,17 +383,10 @@ def _copy(source: Path, target: Path) -> None:
         return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
     except OSError as e:
         raise T2TError(f"cannot write the run's copy of {source.name} into {target.parent} "
                        f"({e.strerror or e}); choose a writable --output-dir.") from None
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, source.read_bytes())
 
 
 def _has_key(settings: dict, dotted: str) -> bool:

@@ -18,7 +18,8 @@ EXAMPLES = """\
   t2t-predict --checkpoint runs/lm --input prompts.txt --temperature 0.7 --top-k 40 --seed 1 --max-length 64
 """
 
-FLAGS = [Flag("checkpoint", required=True), Flag("task"), Flag("device"), *DECODING_FLAGS, *LOCATION_FLAGS]
+FLAGS = [Flag("checkpoint", required=True), Flag("task"), Flag("device"), Flag("trust_modules"), *DECODING_FLAGS,
+         *LOCATION_FLAGS]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from t2t.cli.common import (LOCATION_FLAGS, TASK, Flag, add_flags, add_settings,
                             print_settings, resolve, run_cli)
 from t2t.data.sources import resolve_data_dir
 from t2t.data.vocab import load_vocabulary
+from t2t.errors import T2TError
 from t2t.models import distributed
 from t2t.models.t5 import resolve_model_config
 from t2t.training.train import TrainConfig, train
@@ -36,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-changed-settings", action="store_true",
                    help="resume even with settings that break exact continuation (batch size, optimizer, "
                         "lengths, model …); the differences are listed")
+    p.add_argument("--trust-modules", action="store_true",
+                   help="resuming a run someone else wrote: import its module files (code from the run folder) "
+                        "though not given with --module")
     add_settings(p, "optimizer.schedule=rsqrt", kind="recipes")
     return p
 
@@ -43,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
 def settings(args: argparse.Namespace) -> TrainConfig:
     """The settings of this run: a run being resumed starts from its own."""
     cfg = resolve(TrainConfig, args, [TASK, *FLAGS])
-    return resolve(TrainConfig, args, [TASK, *FLAGS], base=resumed_settings(cfg.output_dir))
+    return resolve(TrainConfig, args, [TASK, *FLAGS], base=resumed_settings(cfg.output_dir, cfg.verify_checkpoints))
 
 
 @run_cli
@@ -54,20 +58,27 @@ def train_main(argv=None) -> int:
         print_settings(resolved(cfg))
         return 0
     with distributed.process_group_from_env():
-        records = train(cfg, allow_changed_settings=args.allow_changed_settings)
+        records = train(cfg, allow_changed_settings=args.allow_changed_settings, trust_modules=args.trust_modules)
         if records and distributed.is_main():  # inside: after the group is gone every process is rank 0
             last = records[-1]
             print(f"done: step {last['step']}, loss {last['loss']:.4f}; outputs in {cfg.output_dir}")
     return 0
 
 
-def resumed_settings(output_dir: str) -> dict | None:
+def resumed_settings(output_dir: str, verify: bool = True) -> dict | None:
     """The settings of the run in ``output_dir`` that resuming starts from (None for a new run); where
-    its data, modules and vocabulary are is left to t2t.checkpoints.run, which finds them inside a moved run."""
+    its data, modules and vocabulary are is left to t2t.checkpoints.run, which finds them inside a moved run.
+    A recorded setting of the wrong type or range is one sentence naming the file."""
     latest = checkpoint.latest_checkpoint(output_dir)
     if latest is None:
         return None
-    return {k: v for k, v in open_run(latest).settings.items() if k not in LOCATIONS}
+    settings = open_run(latest, verify).settings
+    try:
+        config.from_dict(TrainConfig, settings)
+    except T2TError as e:
+        raise T2TError(f"the run's settings file {latest / checkpoint.SETTINGS_FILE} is invalid: "
+                       f"{str(e).split('; change it')[0].rstrip('.')}; restore it from a copy.") from None
+    return {k: v for k, v in settings.items() if k not in LOCATIONS}
 
 
 def resolved(cfg: TrainConfig) -> dict:

@@ -32,6 +32,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -491,6 +492,9 @@ def _import_user_module(spec: str) -> str:
         before = _registered_names()
         try:
             module_spec.loader.exec_module(module)
+        except (Exception, SystemExit) as e:
+            del sys.modules[module_name]
+            raise module_failure(e, path) from None
         except BaseException:
             del sys.modules[module_name]
             raise
@@ -499,8 +503,26 @@ def _import_user_module(spec: str) -> str:
     if not _module_exists(spec):
         raise T2TError(f"task module {spec!r} cannot be found; install it, add its folder to PYTHONPATH, or "
                        f"pass a .py file path to --module.")
-    importlib.import_module(spec)
+    try:
+        importlib.import_module(spec)
+    except (Exception, SystemExit) as e:
+        raise module_failure(e, Path(importlib.util.find_spec(spec).origin or spec)) from None
     return spec
+
+
+def module_failure(e: BaseException, path: Path) -> T2TError:
+    """One sentence for a user module that failed while it was imported (raised, a syntax error, exit()):
+    the file and line where it happened, and what."""
+    if isinstance(e, SyntaxError):
+        file, line, what = e.filename or str(path), e.lineno, f"has a syntax error ({e.msg})"
+    else:
+        frames = traceback.extract_tb(e.__traceback__)
+        frame = ([f for f in frames if f.filename == str(path)] or frames or [None])[-1]
+        file, line = (frame.filename, frame.lineno) if frame else (str(path), None)
+        what = (f"called exit({e.code!r})" if isinstance(e, SystemExit) else
+                f"raised {type(e).__name__}" + (f" ({str(e).splitlines()[0]})" if str(e).strip() else ""))
+    return T2TError(f"task module {file} {what} at line {line} while it was imported; fix it or leave it out "
+                    f"of --module.")
 
 
 # ---------------------------------------------------------------------------------------------- helpers

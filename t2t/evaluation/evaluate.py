@@ -8,6 +8,12 @@ Inputs longer than ``input_length`` tokens (512, as T5 evaluates) are cut the wa
 last) and counted. Predictions come from greedy/beam decoding, or with ``rank_classification`` from scoring
 each of a task's ``rank_choices`` and taking the most likely (t5's rank classification). Each task reports
 its throughput (examples/s, tokens/s) with its results.
+
+A run dir stands for its newest checkpoint at the moment it is read: evaluation pins one step folder, reads
+the step from inside it (trainer_state.json) and re-reads the newest one if a running t2t-train rotates the
+pinned one away, so results are never stamped with another checkpoint's step. Results go beside the run
+(``RUN/eval``), never inside a checkpoint, which rotation deletes. A run's module files are imported only
+with the user's consent (t2t.checkpoints.run.require_module_consent).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -38,6 +44,9 @@ from t2t.data.task import Mixture, Task, get_task_or_mixture, load_modules, memb
 from t2t.data.vocab import load_vocabulary
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+PIN_ATTEMPTS = 5  # a run dir's newest checkpoint rotated away this often while being read: give up
 
 
 @dataclass
@@ -65,7 +74,8 @@ class EvalConfig(DecodingConfig):
     vocab: str | None = None          # SentencePiece .model (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, the hub)
     data_dir: str | None = None       # root of local data copies (default: the run's, else $T2T_DATA_DIR)
     max_examples: int | None = None   # evaluate the first N examples of each task (default: all)
-    output_dir: str | None = None     # results go to <output_dir>/<split>/; default <checkpoint>/eval
+    output_dir: str | None = None     # results go to <output_dir>/<split>/; default RUN/eval (a run dir),
+                                      # RUN/eval/step_X (one of its checkpoints), else <checkpoint>/eval
     skip_unavailable: bool = False    # leave out mixture members whose data is missing (with a warning)
     modules: list[str] = field(default_factory=list)   # modules or .py files registering tasks (default: the run's)
     device: str = "auto"              # auto, cpu, cuda or cuda:N
@@ -73,6 +83,8 @@ class EvalConfig(DecodingConfig):
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (see TrainConfig.precision)
     all_checkpoints: bool = False     # every kept checkpoint of the run, then each task at its best (§3.1.2)
     rank_classification: bool = False  # score each task's rank_choices and pick the best instead of generating
+    trust_modules: bool = False       # import the run's module files (code) though not given with --module
+    verify_checkpoints: bool = True   # check the checkpoint's and the run's files against their checksums
 
     def __post_init__(self):
         super().__post_init__()
@@ -85,21 +97,23 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
         raise T2TError("no task or mixture given; pass --task NAME or --mixture NAME (see t2t-tasks).")
     if not cfg.checkpoint:
         raise T2TError("no model given; pass --checkpoint (a run's output dir, a checkpoint, or a HF T5).")
-    cfg = with_run_settings(cfg)
+    out_root = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.checkpoint)
+    given = cfg
+    _, cfg = pinned(given.checkpoint, lambda folder: trusted_run_settings(given, folder))
     load_modules(cfg.modules)
     item = get_task_or_mixture(cfg.mixture)
     tasks, skipped = tasks_to_evaluate(item, cfg.split, cfg.data_dir, cfg.skip_unavailable)
     if cfg.rank_classification and not any(t.rank_choices for t in tasks):
         raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
                        f"generation (leave out --rank-classification).")
-    out_dir = Path(cfg.output_dir or Path(cfg.checkpoint) / "eval") / cfg.split
+    out_dir = out_root / cfg.split
     results.check_output_dir(out_dir)
     distributed.use_threads(cfg.threads)
     device = distributed.pick_device(cfg.device)
-    model, vocab = load_model_and_vocabulary(cfg.checkpoint, cfg.vocab, cfg.data_dir)
+    folder, (model, vocab, step) = pinned(cfg.checkpoint, lambda folder: load_for_evaluation(folder, cfg))
     model = model.to(device)
     results.prepare_output_dir(out_dir)  # only now: a hub id that failed to load leaves no ./owner/name/eval
-    stamp = results.stamp(cfg.checkpoint, checkpoint.checkpoint_step(cfg.checkpoint), cfg.split)
+    stamp = results.stamp(folder, step, cfg.split)
     scores, undefined = {}, {}
     for task in tasks:
         metrics, records, stats = evaluate_task(
@@ -123,7 +137,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
 
 def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
     """Evaluate every kept checkpoint of the run ``cfg.checkpoint`` (results under ``<output>/<step>/``),
-    then report each task at its best checkpoint, as the paper does (§3.1.2); writes ``best.json``."""
+    then report each task at its best checkpoint, as the paper does (§3.1.2); writes ``best.json``. A
+    checkpoint that a running t2t-train rotates away before it is read is skipped with one line."""
     run_dir = Path(cfg.checkpoint)
     found = checkpoint.list_checkpoints(run_dir)
     if not found:
@@ -132,14 +147,71 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
     per_step = {}
     for folder in found:
         log.info("evaluating %s", folder)
-        per_step[checkpoint.checkpoint_step(folder)] = evaluate(dataclasses.replace(
-            cfg, checkpoint=str(folder), output_dir=str(out_dir / folder.name), all_checkpoints=False))
+        try:
+            per_step[checkpoint.named_step(folder)] = evaluate(dataclasses.replace(
+                cfg, checkpoint=str(folder), output_dir=str(out_dir / folder.name), all_checkpoints=False))
+        except CheckpointGone:
+            log.warning("skipping %s: a running t2t-train deleted it (rotation) before it was read", folder)
+    if not per_step:
+        raise T2TError(f"every checkpoint of {run_dir} was deleted while it was evaluated; evaluate when the "
+                       f"t2t-train writing it is done, or raise its keep_checkpoints.")
     best = results.best_checkpoints(per_step)
     durable.write_atomic(out_dir / f"best.{cfg.split}.json",
                          json.dumps(results.jsonable(best), indent=2, allow_nan=False) + "\n")
     print(results.format_best(best))
     print(f"wrote {out_dir / f'best.{cfg.split}.json'}")
     return best
+
+
+def default_output_dir(checkpoint_path: str) -> Path:
+    """Where results go without --output-dir: beside the run, never inside a checkpoint (rotation deletes
+    those): ``RUN/eval`` for a run dir, ``RUN/eval/step_X`` for one of its checkpoints, else ``<path>/eval``."""
+    path = Path(checkpoint_path)
+    if path.is_dir() and checkpoint.is_checkpoint_dir(path):
+        return path.parent / "eval" / path.name
+    return path / "eval"
+
+
+class CheckpointGone(T2TError):
+    """The checkpoint being read was deleted meanwhile (a running t2t-train rotated it away)."""
+
+
+def pin_checkpoint(checkpoint_path: str) -> str:
+    """The one folder ``checkpoint_path`` stands for now: a run dir its newest step folder, else itself."""
+    path = Path(checkpoint_path)
+    if path.is_dir() and not checkpoint.is_checkpoint_dir(path):
+        latest = checkpoint.latest_checkpoint(path)
+        if latest is not None:
+            return str(latest)
+    return str(checkpoint_path)
+
+
+def pinned(checkpoint_path: str, read: Callable[[str], T]) -> tuple[str, T]:
+    """``(folder, read(folder))`` for the folder ``checkpoint_path`` is pinned to. If a run dir's pinned
+    checkpoint is deleted while it is read (a running t2t-train saved a newer one and rotated), the newest
+    is pinned and read again; a step folder given by path that is deleted so is :class:`CheckpointGone`."""
+    for _ in range(PIN_ATTEMPTS):
+        folder = pin_checkpoint(checkpoint_path)
+        existed = Path(folder).is_dir()
+        try:
+            return folder, read(folder)
+        except (T2TError, OSError):
+            if not existed or Path(folder).is_dir():
+                raise
+            if folder == str(checkpoint_path):
+                raise CheckpointGone(f"checkpoint {folder} was deleted while it was read (a running t2t-train "
+                                     f"rotated it away); evaluate a newer checkpoint of its run.") from None
+            log.info("%s was deleted while it was read (a running t2t-train saved a newer one); reading the "
+                     "newest checkpoint again", folder)
+    raise T2TError(f"the newest checkpoint of {checkpoint_path} was deleted {PIN_ATTEMPTS} times while it was "
+                   f"read; evaluate when the t2t-train writing it is done, or raise its keep_checkpoints.")
+
+
+def load_for_evaluation(folder: str, cfg) -> tuple:
+    """(model, vocabulary, step saved inside the checkpoint or None) of checkpoint ``folder``."""
+    step = checkpoint.checkpoint_step(folder)
+    model, vocab = load_model_and_vocabulary(folder, cfg.vocab, cfg.data_dir, cfg.verify_checkpoints)
+    return model, vocab, step
 
 
 def tasks_to_evaluate(item: Task | Mixture, split: str, data_dir, skip_unavailable: bool
@@ -173,16 +245,25 @@ def tasks_to_evaluate(item: Task | Mixture, split: str, data_dir, skip_unavailab
     return tasks, skipped
 
 
-def with_run_settings(cfg):
-    """``cfg`` with the vocabulary, modules and data dir of the run at ``cfg.checkpoint`` where the user
-    gave none (a checkpoint that is not a t2t run changes nothing)."""
-    return run_lib.with_run_locations(cfg, run_lib.find_run(cfg.checkpoint))
+def with_run_settings(cfg, folder: str | None = None):
+    """``cfg`` with the vocabulary, modules and data dir of the run at ``folder`` (default: ``cfg.checkpoint``)
+    where the user gave none (a checkpoint that is not a t2t run changes nothing)."""
+    return run_lib.with_run_locations(cfg, run_lib.find_run(folder or cfg.checkpoint, cfg.verify_checkpoints))
 
 
-def load_model_and_vocabulary(checkpoint_path: str, vocab_path: str | None, data_dir: str | None):
+def trusted_run_settings(cfg, folder: str | None = None):
+    """:func:`with_run_settings` once the user has consented to importing the run's module files
+    (``cfg.trust_modules``, or modules of their own; see t2t.checkpoints.run.require_module_consent)."""
+    run = run_lib.find_run(folder or cfg.checkpoint, cfg.verify_checkpoints)
+    run_lib.require_module_consent(run, cfg.modules, cfg.trust_modules)
+    return run_lib.with_run_locations(cfg, run)
+
+
+def load_model_and_vocabulary(checkpoint_path: str, vocab_path: str | None, data_dir: str | None,
+                              verify: bool = True):
     """The model at ``checkpoint_path`` and the vocabulary, checked to fit its embedding."""
     vocab = load_vocabulary(vocab_path, data_dir=data_dir)
-    model = load_model(checkpoint_path)
+    model = load_model(checkpoint_path, verify)
     run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"the model {checkpoint_path}")
     return model, vocab
 

@@ -17,13 +17,12 @@ from typing import Iterable, Literal
 
 import numpy as np
 
-from t2t.checkpoints.run import find_run
+from t2t.checkpoints import run as run_lib
 from t2t.models import distributed
 from t2t.errors import T2TError
-from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, trim_inputs,
-                          with_run_settings)
+from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, pinned,
+                                     trim_inputs, trusted_run_settings)
 from t2t.data.task import Task, get_task_or_mixture, load_modules
-from t2t.checkpoints.run import find_run
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +38,16 @@ class PredictConfig(DecodingConfig):
     modules: list[str] = field(default_factory=list)   # modules or .py files registering tasks (default: the run's)
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (see TrainConfig.precision)
+    trust_modules: bool = False       # import the run's module files (code) though not given with --module
+    verify_checkpoints: bool = True   # check the checkpoint's and the run's files against their checksums
 
 
 def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     """The decoded string for each input line, in order (the lines are checked before the model loads)."""
     if not cfg.checkpoint:
         raise T2TError("no model given; pass --checkpoint (a run's output dir, a checkpoint, or a HF T5).")
-    cfg = with_run_settings(cfg)
+    given = cfg
+    _, cfg = pinned(given.checkpoint, lambda folder: trusted_run_settings(given, folder))
     load_modules(cfg.modules)
     task = get_task_or_mixture(cfg.task) if cfg.task else None
     if task is not None and not isinstance(task, Task):
@@ -55,7 +57,8 @@ def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     if not texts:
         return []
     device = distributed.pick_device(cfg.device)
-    model, vocab = load_model_and_vocabulary(cfg.checkpoint, cfg.vocab, cfg.data_dir)
+    _, (model, vocab) = pinned(cfg.checkpoint, lambda folder: load_model_and_vocabulary(
+        folder, cfg.vocab, cfg.data_dir, cfg.verify_checkpoints))
     inputs, _ = trim_inputs([encode(text, task, vocab) for text in texts], cfg.input_length, vocab.eos_id)
     decoded, _ = decode_in_batches(model.to(device), inputs, vocab, cfg, max_new_tokens=max_length(cfg),
                                    device=device, precision=cfg.precision, desc="predict")
@@ -167,5 +170,5 @@ def max_length(cfg: PredictConfig) -> int:
     """--max-length, else the run's target length, else DEFAULT_MAX_LENGTH."""
     if cfg.max_length:
         return cfg.max_length
-    run = find_run(cfg.checkpoint)
+    run = run_lib.find_run(cfg.checkpoint, cfg.verify_checkpoints)
     return (run.settings.get("target_length") if run else None) or DEFAULT_MAX_LENGTH

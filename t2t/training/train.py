@@ -83,11 +83,13 @@ class TrainConfig:
                      non_negative=("keep_checkpoints", "eval_every", "threads"), fraction=("dropout_rate",))
 
 
-def train(cfg: TrainConfig, allow_changed_settings: bool = False) -> list[dict]:
+def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules: bool = False) -> list[dict]:
     """Train (or resume) per ``cfg``; returns the logged records.
 
     Resuming takes the run's vocabulary, modules and data dir where ``cfg`` leaves them unset, and refuses
     settings that break exact continuation unless ``allow_changed_settings`` (see t2t.checkpoints.run.check_resume).
+    It imports the run's module copies the user owns; another user's only with ``trust_modules``
+    (see t2t.checkpoints.run.require_module_consent).
     """
     if not cfg.mixture:
         raise T2TError("no task or mixture given; pass --mixture NAME or --task NAME (see t2t-tasks).")
@@ -105,15 +107,16 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False) -> list[dict]:
                        "start t2t-train without torchrun, or freeze with transfer.freeze instead.")
     # one writer per output dir (the main process writes everything in it)
     with durable.lock_output_dir(Path(cfg.output_dir)) if distributed.is_main() else contextlib.nullcontext():
-        return train_locked(cfg, allow_changed_settings)
+        return train_locked(cfg, allow_changed_settings, trust_modules)
 
 
-def train_locked(cfg: TrainConfig, allow_changed_settings: bool) -> list[dict]:
+def train_locked(cfg: TrainConfig, allow_changed_settings: bool, trust_modules: bool = False) -> list[dict]:
     """``train`` once the output dir is ours."""
     run_dir = Path(cfg.output_dir)
     latest = checkpoint.latest_checkpoint(run_dir)
     if latest is not None:
-        run = run_lib.open_run(latest)
+        run = run_lib.open_run(latest, cfg.verify_checkpoints)
+        run_lib.require_module_consent(run, cfg.modules, trust_modules, resuming=True)
         cfg = run_lib.with_run_locations(cfg, run)
         run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings)
     torch.manual_seed(cfg.seed)

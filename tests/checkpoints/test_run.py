@@ -1,9 +1,12 @@
 """The run directory as the source of truth: what training copies into it, and evaluation and resuming
 taking the run's vocabulary, modules, data dir and settings."""
 
+import errno
 import json
 import logging
+import os
 import shutil
+import stat
 import textwrap
 from types import SimpleNamespace
 
@@ -13,11 +16,13 @@ import yaml
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
 from t2t import config
+from t2t.checkpoints import durable
 from t2t.checkpoints import run as run_lib
+from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import EvalConfig, evaluate
 from t2t.data.task import TASKS
-from t2t.testing import tiny_vocabulary
+from t2t.testing import TINY_TEXT, TINY_VOCAB_PIECES, tiny_vocabulary
 from t2t.training.train import TrainConfig, train
 
 TASK = "test_run_copy"
@@ -90,7 +95,8 @@ def test_evaluation_of_a_moved_run_uses_its_own_vocabulary_and_modules(setup, tm
                                    modules=[setup.module], output_dir=str(tmp_path / "explicit")))
     forget_sources(setup)
     shutil.move(tmp_path / "run", tmp_path / "moved")
-    own = evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "moved"), output_dir=str(tmp_path / "own")))
+    own = evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "moved"), output_dir=str(tmp_path / "own"),
+                              trust_modules=True))
     assert own == explicit
     assert ((tmp_path / "own" / "validation" / f"{TASK}.predictions.jsonl").read_text()
             == (tmp_path / "explicit" / "validation" / f"{TASK}.predictions.jsonl").read_text())
@@ -195,7 +201,7 @@ def test_evaluating_a_run_with_another_vocabulary_is_an_error(setup, tmp_path):
     other = tmp_path / "small.model"
     other.write_bytes(tiny_vocabulary(200).path.read_bytes())  # 300 ids: 512 rows are too many for them
     with pytest.raises(T2TError, match="has 512 embedding rows but the vocabulary .*small.model has 300 ids"):
-        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), vocab=str(other)))
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), vocab=str(other), trust_modules=True))
 
 
 def test_t2t_train_resumes_with_the_runs_settings_when_given_only_the_run(setup, tmp_path, capsys):
@@ -221,7 +227,7 @@ def evaluated_run(setup, tmp_path):
     """A trained run, evaluated with max_length 6; returns its scored predictions.jsonl records."""
     train(settings(setup, tmp_path / "run", train_steps=4))
     evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "eval"),
-                        max_length=6))
+                        max_length=6, trust_modules=True))
     return [json.loads(line) for line in (tmp_path / "eval" / "validation" / f"{TASK}.predictions.jsonl").open()]
 
 
@@ -231,16 +237,17 @@ def test_predict_gives_the_predictions_evaluation_scored(setup, tmp_path, capsys
     inputs = tmp_path / "inputs.txt"
     inputs.write_text("".join(r["inputs"] + "\n" for r in scored))
     assert predict_main(["--checkpoint", str(tmp_path / "run"), "--input", str(inputs), "--max-length", "6",
-                         "--output", str(tmp_path / "out.txt")]) == 0
+                         "--output", str(tmp_path / "out.txt"), "--trust-modules"]) == 0
     assert (tmp_path / "out.txt").read_text().splitlines() == [r["prediction"] for r in scored]
     raw = tmp_path / "raw.jsonl"  # the task's raw fields: its preprocessing makes the inputs
     raw.write_text("".join(json.dumps(ex) + "\n" for ex in TASKS.get(TASK).raw_examples("validation")))
     capsys.readouterr()
     assert predict_main(["--checkpoint", str(tmp_path / "run"), "--task", TASK, "--input", str(raw),
-                         "--max-length", "6"]) == 0
+                         "--max-length", "6", "--trust-modules"]) == 0
     assert capsys.readouterr().out.splitlines() == [r["prediction"] for r in scored]
     raw.write_text('{"txt": "no text field"}\n')
-    assert predict_main(["--checkpoint", str(tmp_path / "run"), "--task", TASK, "--input", str(raw)]) == 2
+    assert predict_main(["--checkpoint", str(tmp_path / "run"), "--task", TASK, "--input", str(raw),
+                         "--trust-modules"]) == 2
     assert capsys.readouterr().err == (f"error: input line 1 has field 'txt', which task {TASK}'s data does not "
                                        f"have (its fields: text); give the task's raw fields (t2t-show --task "
                                        f"{TASK} --raw prints some).\n")
@@ -251,11 +258,14 @@ def test_predict_samples_reproducibly_with_a_seed(setup, tmp_path):
     train(settings(setup, tmp_path / "run"))
     lines = ["copy: the cat sat", "copy: a dog ran", "copy: birds sing", "copy: rain falls"]
     run = str(tmp_path / "run")
-    greedy = predict(PredictConfig(checkpoint=run, max_length=8), lines)
-    sampled = predict(PredictConfig(checkpoint=run, max_length=8, temperature=5.0, seed=3), lines)
-    assert predict(PredictConfig(checkpoint=run, max_length=8, temperature=5.0, seed=3), lines) == sampled
+    greedy = predict(PredictConfig(checkpoint=run, max_length=8, modules=[setup.module]), lines)
+    sampled = predict(PredictConfig(checkpoint=run, max_length=8, temperature=5.0, seed=3, modules=[setup.module]),
+                      lines)
+    assert predict(PredictConfig(checkpoint=run, max_length=8, temperature=5.0, seed=3, modules=[setup.module]),
+                   lines) == sampled
     assert sampled != greedy
-    top1 = predict(PredictConfig(checkpoint=run, max_length=8, temperature=5.0, top_k=1, seed=3), lines)
+    top1 = predict(PredictConfig(checkpoint=run, max_length=8, temperature=5.0, top_k=1, seed=3,
+                                 modules=[setup.module]), lines)
     assert top1 == greedy  # sampling from the single most likely token is greedy decoding
 
 
@@ -292,3 +302,157 @@ def test_resume_compares_the_model_with_the_recorded_one(setup, tmp_path):
     with pytest.raises(T2TError, match=r"model.d_ff 64 → 128; model.num_layers 2 → 3\)"):
         train(settings(setup, tmp_path / "run", train_steps=4, model={"preset": setup.model, "num_layers": 3,
                                                                        "d_ff": 128}))
+
+
+# -- a run's copies are code and data someone wrote: consent, checksums, modes
+
+
+def rewrite_checksums(folder) -> None:
+    """What a careful hand-editor does after changing a file: record the checksums again (sha256sum)."""
+    files = {p.name: durable.sha256_of(p) for p in folder.iterdir() if p.name != "checksums.sha256"}
+    (folder / "checksums.sha256").write_text(durable.format_checksums(files))
+
+
+def test_evaluating_a_run_imports_its_module_files_only_with_consent(setup, tmp_path):
+    train(settings(setup, tmp_path / "run"))
+    own_copy = tmp_path / "mine.py"
+    shutil.copyfile(setup.module, own_copy)
+    forget_sources(setup)
+    copy = tmp_path / "run" / "modules" / "copy_task.py"
+    with pytest.raises(T2TError, match=rf"run .*run would import its module files {copy}, code that runs as you; "
+                                       r"read them and pass --trust-modules, or pass your own copies with --module"):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "e")))
+    assert TASK not in TASKS  # nothing was imported
+    given = evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "e"),
+                                modules=[str(own_copy)]))
+    TASKS.unregister(TASK)
+    trusted = evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "e"),
+                                  trust_modules=True))
+    assert given == trusted
+
+
+def test_a_tampered_module_copy_is_refused_before_it_runs(setup, tmp_path):
+    train(settings(setup, tmp_path / "run"))
+    forget_sources(setup)
+    marker = tmp_path / "marker"
+    copy = tmp_path / "run" / "modules" / "copy_task.py"
+    copy.write_text(f"open({str(marker)!r}, 'w').close()\n" + MODULE)
+    with pytest.raises(T2TError, match=rf"run file {copy} does not match its recorded checksum"):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), trust_modules=True))
+    assert not marker.exists()
+
+
+def test_resuming_ones_own_run_imports_its_modules_but_not_another_users(setup, tmp_path, monkeypatch):
+    train(settings(setup, tmp_path / "run"))
+    forget_sources(setup)
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # as another user sees the run
+    with pytest.raises(T2TError, match=r"would import its module files .*copy_task.py.* --trust-modules"):
+        train(settings(setup, tmp_path / "run", train_steps=3, vocab=None, modules=[]))
+    assert train(settings(setup, tmp_path / "run", train_steps=3, vocab=None, modules=[]),
+                 trust_modules=True)[-1]["step"] == 3
+    monkeypatch.undo()
+    TASKS.unregister(TASK)
+    assert train(settings(setup, tmp_path / "run", train_steps=4, vocab=None, modules=[]))[-1]["step"] == 4
+
+
+def other_vocabulary_of_the_same_size(path) -> None:
+    """The tiny vocabulary's size with other pieces (BPE instead of unigram on the same text)."""
+    prefix = train_vocabulary(iter([TINY_TEXT]), path.parent / "bpe", vocab_size=TINY_VOCAB_PIECES,
+                              model_type="bpe", num_threads=1, character_coverage=1.0)
+    assert SentencePieceVocabulary(prefix).vocab_size == tiny_vocabulary().vocab_size
+    shutil.copyfile(prefix, path)
+
+
+@pytest.mark.parametrize("damage", ["swapped", "truncated", "checksums deleted"])
+def test_a_damaged_run_vocabulary_is_named(setup, tmp_path, damage):
+    train(settings(setup, tmp_path / "run"))
+    vocab = tmp_path / "run" / "spiece.model"
+    if damage == "swapped":
+        other_vocabulary_of_the_same_size(vocab)
+    elif damage == "truncated":
+        vocab.write_bytes(vocab.read_bytes()[:1000])
+    else:
+        (tmp_path / "run" / "checksums.sha256").unlink()
+    expected = (rf"run .*run has no checksums.sha256 for its spiece.model, modules/copy_task.py, so they cannot be "
+                rf"verified .*sha256sum spiece.model modules/copy_task.py > checksums.sha256" if damage.startswith("c")
+                else rf"run file {vocab} does not match its recorded checksum")
+    with pytest.raises(T2TError, match=expected):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), modules=[setup.module]))
+    with pytest.raises(T2TError, match=expected):
+        train(settings(setup, tmp_path / "run", train_steps=3, vocab=None))
+
+
+def test_a_runs_copies_follow_the_umask(setup, tmp_path):
+    old = os.umask(0o022)
+    try:
+        run_lib.record_run(tmp_path / "run", setup.vocab, [setup.module])
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "run" / "spiece.model", tmp_path / "run" / "modules" / "copy_task.py"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_a_full_disk_while_the_vocabulary_is_copied_is_one_sentence(setup, tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(durable, "write_file", lambda path, data: full(None, data))
+    with pytest.raises(T2TError, match=r"cannot write .*run/spiece.model \(No space left on device\); free disk "
+                                       r"space and run the same command again"):
+        run_lib.record_run(tmp_path / "run", setup.vocab, [])
+    assert [p.name for p in (tmp_path / "run").iterdir()] == []  # no temporary file left behind
+
+
+@pytest.mark.parametrize("source, line, what", [
+    ("x = 1\nraise ValueError('no rows')\n", 2, r"raised ValueError \(no rows\)"),
+    ("x = 1\n\ndef f(:\n", 3, r"has a syntax error \(.*\)"),
+    ("import sys\nsys.exit(3)\n", 2, r"called exit\(3\)"),
+    ("exit(3)\n", 1, r"called exit\(3\)")])
+def test_a_module_that_fails_on_import_is_one_sentence_with_file_and_line(tmp_path, source, line, what):
+    from t2t.data.task import load_modules
+    module = tmp_path / "broken_tasks.py"
+    module.write_text(source)
+    with pytest.raises(T2TError, match=rf"^task module {module} {what} at line {line} while it was imported; fix "
+                                       rf"it or leave it out of --module\.$"):
+        load_modules([str(module)])
+
+
+# -- hand-edited files: one sentence naming the file and the key
+
+
+def test_hand_edited_run_settings_name_the_file_and_key(setup, tmp_path, capsys):
+    from t2t.cli import train_main
+    train(settings(setup, tmp_path / "run"))
+    step = checkpoint.latest_checkpoint(tmp_path / "run")
+    recorded = yaml.safe_load((step / "train_config.yaml").read_text())
+    (step / "train_config.yaml").write_text(yaml.safe_dump({**recorded, "modules": 5}))
+    with pytest.raises(T2TError, match=r"train_config.yaml .*checksum"):  # the checksum notices first
+        run_lib.open_run(tmp_path / "run")
+    rewrite_checksums(step)
+    with pytest.raises(T2TError, match=rf"settings file {step / 'train_config.yaml'} has modules 5, not a list"):
+        run_lib.open_run(tmp_path / "run")
+    (step / "train_config.yaml").write_text(yaml.safe_dump({**recorded, "batch_size": "abc"}))
+    rewrite_checksums(step)
+    assert train_main(["--output-dir", str(tmp_path / "run"), "--train-steps", "3"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"error: the run's settings file {step / 'train_config.yaml'} is invalid: "
+                                       f"setting batch_size must be of type int, got 'abc'; restore it from a "
+                                       f"copy.")
+
+
+@pytest.mark.parametrize("chain", ['{"model": "x"}', '[{"run": 5}]', '[{"model": 3}]', "[{"])
+def test_a_hand_edited_lineage_names_the_file(tmp_path, chain):
+    (tmp_path / "lineage.json").write_text(chain)
+    with pytest.raises(T2TError, match=rf"lineage file {tmp_path / 'lineage.json'} (has an invalid entry 0|cannot "
+                                       rf"be read).*restore it from a copy or delete it"):
+        run_lib.read_lineage(tmp_path)
+
+
+def test_evaluating_one_checkpoint_writes_beside_the_run_not_inside_the_checkpoint(setup, tmp_path):
+    train(settings(setup, tmp_path / "run", train_steps=4, save_every=2))
+    step = tmp_path / "run" / "step_00000002"
+    evaluate(EvalConfig(mixture=TASK, checkpoint=str(step), modules=[setup.module]))
+    result = json.loads((tmp_path / "run" / "eval" / "step_00000002" / "validation" / f"{TASK}.metrics.json")
+                        .read_text())
+    assert (result["step"], result["checkpoint"]) == (2, str(step))
+    assert not (step / "eval").exists()
+    evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), modules=[setup.module]))
+    assert json.loads((tmp_path / "run" / "eval" / "validation" / f"{TASK}.metrics.json").read_text())["step"] == 4
