@@ -15,14 +15,26 @@ each in a process of its own: an interrupted study resumes where it stopped (fin
 unfinished runs resume from their last checkpoint). ``jobs`` runs go side by side, dividing the cores
 between them (two runs that each took a thread per core were measured ≈27x slower per step than one alone).
 Writes ``results.csv``, ``results.md`` and ``heatmap.png`` into ``output_dir``.
+
+Nothing stale is reused: each run folder records the ``t2t-train`` arguments that made it
+(``study_run.json``) and a study whose training arguments changed (``--target-steps``, ``--train-args``,
+the intermediate steps …) refuses that folder rather than mixing runs of two settings (training again is
+the user's call: a new ``--output-dir``, or deleting the folder); each cell's ``study_result.json`` records
+its ``t2t-eval`` arguments and is evaluated again when they changed; the score is computed from the recorded
+metrics with the current ``metric``. Result files are written atomically, and a torn one is evaluated again.
+Each child process ends with the study, even when the study is killed with ``kill -9`` (Linux), so none is
+left holding its run's lock.
 """
 
 from __future__ import annotations
 
 import csv
+import ctypes
 import json
 import logging
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from t2t.checkpoints import durable
 from t2t.evaluation import results
 from t2t.errors import T2TError
 
@@ -38,6 +51,8 @@ log = logging.getLogger(__name__)
 
 NO_INTERMEDIATE = "none"
 RESULT_FILE = "study_result.json"
+RUN_FILE = "study_run.json"  # the t2t-train arguments that made a run folder
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
 @dataclass
@@ -95,8 +110,8 @@ def run_intermediates(cfg: StudyConfig, out: Path, threads: int) -> dict[str, li
 
     def train_intermediate(task: str) -> list[str]:
         folder = out / "intermediate" / task
-        run_tool("t2t-train", ["--task", task, "--output-dir", str(folder), "--train-steps",
-                               str(cfg.intermediate_steps), *base, *cfg.train_args], threads, folder / "train.log")
+        train_run(folder, ["--task", task, "--output-dir", str(folder), "--train-steps", str(cfg.intermediate_steps),
+                           *base, *cfg.train_args], threads)
         return ["--init-from", str(folder)]
 
     with ThreadPoolExecutor(cfg.jobs) as pool:
@@ -112,31 +127,87 @@ def rows(cfg: StudyConfig, starts: dict[str, list[str]]) -> dict[str, tuple[list
 
 
 def run_cell(cfg: StudyConfig, cell: Cell, threads: int) -> float:
-    """Fine-tune and evaluate one cell, or read back its score when an earlier invocation finished it."""
-    result_file = cell.folder / RESULT_FILE
-    if result_file.exists():
-        return json.loads(result_file.read_text())["score"]
-    run_tool("t2t-train", ["--task", cell.target, "--output-dir", str(cell.folder), "--train-steps",
-                           str(cfg.target_steps), *cfg.train_args, *cell.train_args], threads,
-             cell.folder / "train.log")
+    """Fine-tune and evaluate one cell, or read back the metrics of an earlier invocation that made them with
+    the same arguments; the score is the current ``metric`` of them."""
     eval_dir = cell.folder / "study_eval"
-    run_tool("t2t-eval", ["--task", cell.target, "--checkpoint", str(cell.folder), "--output-dir", str(eval_dir),
-                          *cfg.eval_args], threads, cell.folder / "eval.log")
-    (result,) = eval_dir.glob("*/*.metrics.json")  # <split>/<task>.metrics.json (t2t.evaluation.results)
-    metrics = json.loads(result.read_text())["metrics"]
-    score = results.task_score(metrics, cfg.metric)
-    result_file.write_text(json.dumps({"row": cell.row, "target": cell.target, "score": score,
-                                       "metrics": metrics}, indent=2) + "\n")
+    eval_args = ["--task", cell.target, "--checkpoint", str(cell.folder), "--output-dir", str(eval_dir),
+                 "--trust-modules", *cfg.eval_args]  # the modules are the user's own --train-args
+    train_args = ["--task", cell.target, "--output-dir", str(cell.folder), "--train-steps", str(cfg.target_steps),
+                  *cfg.train_args, *cell.train_args]
+    result_file = cell.folder / RESULT_FILE
+    recorded = recorded_result(result_file, eval_args) if made_by(cell.folder, train_args) else None
+    if recorded is None:
+        train_run(cell.folder, train_args, threads)  # resumes a run that is not done
+        shutil.rmtree(eval_dir, ignore_errors=True)  # an earlier evaluation's files (another split …)
+        run_tool("t2t-eval", eval_args, threads, cell.folder / "eval.log")
+        (result,) = eval_dir.glob("*/*.metrics.json")  # <split>/<task>.metrics.json (t2t.evaluation.results)
+        recorded = {"metrics": json.loads(result.read_text())["metrics"]}
+    score = results.task_score(recorded["metrics"], cfg.metric)
+    if (recorded.get("metric", ""), recorded.get("score")) != (cfg.metric, score):
+        durable.write_atomic(result_file, json.dumps(
+            {"row": cell.row, "target": cell.target, "score": score, "metric": cfg.metric,
+             "metrics": recorded["metrics"], "eval_args": eval_args}, indent=2) + "\n")
     log.info("%s → %s: %.2f", cell.row, cell.target, score)
     return score
 
 
+def train_run(folder: Path, args: list[str], threads: int) -> None:
+    """``t2t-train args`` into ``folder`` (resuming it), which must be new or made by the same arguments."""
+    if not made_by(folder, args):
+        folder.mkdir(parents=True, exist_ok=True)
+        durable.write_atomic(folder / RUN_FILE, json.dumps({"train_args": args}, indent=2) + "\n")
+    run_tool("t2t-train", args, threads, folder / "train.log")
+
+
+def made_by(folder: Path, args: list[str]) -> bool:
+    """Whether run ``folder`` records that ``t2t-train args`` made it (False: a new folder); a folder made
+    by other arguments is a T2TError, rather than a run of other settings mixed into the table."""
+    recorded = read_json_object(folder / RUN_FILE)
+    if recorded is None:
+        return False
+    if recorded.get("train_args") != args:
+        shown = " ".join(map(str, recorded.get("train_args") or []))
+        raise T2TError(f"{folder} was trained by t2t-train {shown}, not {' '.join(args)}; give the changed study "
+                       f"a new --output-dir, or delete {folder} to train it again.")
+    return True
+
+
+def recorded_result(path: Path, eval_args: list[str]) -> dict | None:
+    """The result an earlier invocation recorded in ``path`` with the same ``eval_args``; None when there is
+    none, it came from other arguments, or the file is torn."""
+    recorded = read_json_object(path)
+    if recorded is None:
+        return None
+    if recorded.get("eval_args") != eval_args or not isinstance(recorded.get("metrics"), dict):
+        log.info("evaluating %s again: it was made %s", path.parent,
+                 f"by t2t-eval {' '.join(map(str, recorded['eval_args']))}" if recorded.get("eval_args")
+                 else "by an older t2t-study")
+        return None
+    return recorded
+
+
+def read_json_object(path: Path) -> dict | None:
+    """A JSON object file, or None when it is missing or torn (a line says which)."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        log.warning("%s is torn or unreadable; making it again", path)
+        return None
+    return data
+
+
 def run_tool(tool: str, args: list[str], threads: int, log_file: Path) -> None:
-    """One t2t command in its own process with ``threads`` threads; its output goes to ``log_file``."""
+    """One t2t command in its own process with ``threads`` threads; its output goes to ``log_file``. The
+    process ends with the study (``die_with_parent``)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     entry = {"t2t-train": "train_main", "t2t-eval": "eval_main"}[tool]
-    command = [sys.executable, "-c", f"import sys; from t2t.cli import {entry}; sys.exit({entry}())",
-               *args, "--set", f"threads={threads}"]
+    code = (f"import sys; from t2t.training.study import die_with_parent; die_with_parent({os.getpid()}); "
+            f"from t2t.cli import {entry}; sys.exit({entry}())")
+    command = [sys.executable, "-c", code, *args, "--set", f"threads={threads}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     log.info("%s %s", tool, " ".join(args))
     with open(log_file, "a") as out:
@@ -145,6 +216,17 @@ def run_tool(tool: str, args: list[str], threads: int, log_file: Path) -> None:
         tail = log_file.read_text().strip().splitlines()[-1:] or ["no output"]
         raise T2TError(f"{tool} {' '.join(args[:2])} failed ({tail[0]}); see {log_file}, fix it and run the "
                        f"study again to resume.")
+
+
+def die_with_parent(parent: int) -> None:
+    """In a study's child: be sent SIGTERM when the study ends, even by ``kill -9`` (Linux's
+    PR_SET_PDEATHSIG; it fires when the thread that started the child ends, and the study's threads wait for
+    their children), so no orphaned t2t-train goes on holding its run's lock. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != parent:  # the study ended before the signal was armed
+        os._exit(1)
 
 
 def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Path) -> None:

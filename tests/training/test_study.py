@@ -103,3 +103,40 @@ def test_every_study_config_loads_and_its_method_settings_resolve():
     methods = config.load(StudyConfig, [config.find_config("transfer-methods", "studies")]).methods
     frozen = config.load(TrainConfig, [], [methods["frozen_encoder"][1]])
     assert frozen.transfer.freeze == ["encoder.*"]
+
+
+def test_a_changed_study_redoes_or_refuses_its_cells_and_never_reuses_stale_numbers(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("T2T_VOCAB", str(tiny_vocabulary().path))
+    (tmp_path / "tasks.py").write_text(TASKS_MODULE)
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
+    out = tmp_path / "study"
+
+    def argv(target_steps="2", max_examples="2", *extra):
+        return ["--targets", "study_copy", "--target-steps", target_steps, "--output-dir", str(out),
+                "--train-args", f"--model {tmp_path / 'tiny.json'} --module {tmp_path / 'tasks.py'} --batch-size 2 "
+                                "--set input_length=16 --set target_length=8 --set pack=false",
+                "--eval-args", f"--module {tmp_path / 'tasks.py'} --max-examples {max_examples}", *extra]
+    cell = out / "none" / "study_copy"
+    assert study_main(argv()) == 0
+    eval_log = (cell / "eval.log").stat().st_size
+    # other evaluation arguments: evaluated again
+    assert study_main(argv(max_examples="1")) == 0
+    result = json.loads((cell / "study_result.json").read_text())
+    assert result["eval_args"][-1] == "1" and (cell / "eval.log").stat().st_size > eval_log
+    assert json.loads((cell / "study_eval" / "validation" / "study_copy.metrics.json").read_text())[
+        "num_examples"] == 1
+    # another metric: the score of the recorded metrics
+    capsys.readouterr()
+    assert study_main(argv("2", "1", "--set", "metric=accuracy")) == 0
+    assert f"| none | {result['metrics']['accuracy']:.2f} |" in capsys.readouterr().out
+    # a torn result file is made again, not a traceback
+    (cell / "study_result.json").write_text('{"row": "none", "tar')
+    assert study_main(argv(max_examples="1")) == 0
+    assert json.loads((cell / "study_result.json").read_text())["metrics"] == result["metrics"]
+    # other training arguments: the trained run is refused, not reused
+    capsys.readouterr()
+    assert study_main(argv(target_steps="3", max_examples="1")) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {cell} was trained by t2t-train {' '.join(json.loads((cell / 'study_run.json').read_text())['train_args'])}"
+        f", not {' '.join(json.loads((cell / 'study_run.json').read_text())['train_args']).replace('--train-steps 2', '--train-steps 3')}; "
+        f"give the changed study a new --output-dir, or delete {cell} to train it again.")
