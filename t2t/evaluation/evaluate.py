@@ -150,7 +150,9 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
         try:
             per_step[checkpoint.named_step(folder)] = evaluate(dataclasses.replace(
                 cfg, checkpoint=str(folder), output_dir=str(out_dir / folder.name), all_checkpoints=False))
-        except CheckpointGone:
+        except T2TError:
+            if folder.is_dir():
+                raise
             log.warning("skipping %s: a running t2t-train deleted it (rotation) before it was read", folder)
     if not per_step:
         raise T2TError(f"every checkpoint of {run_dir} was deleted while it was evaluated; evaluate when the "
@@ -172,10 +174,6 @@ def default_output_dir(checkpoint_path: str) -> Path:
     return path / "eval"
 
 
-class CheckpointGone(T2TError):
-    """The checkpoint being read was deleted meanwhile (a running t2t-train rotated it away)."""
-
-
 def pin_checkpoint(checkpoint_path: str) -> str:
     """The one folder ``checkpoint_path`` stands for now: a run dir its newest step folder, else itself."""
     path = Path(checkpoint_path)
@@ -189,7 +187,7 @@ def pin_checkpoint(checkpoint_path: str) -> str:
 def pinned(checkpoint_path: str, read: Callable[[str], T]) -> tuple[str, T]:
     """``(folder, read(folder))`` for the folder ``checkpoint_path`` is pinned to. If a run dir's pinned
     checkpoint is deleted while it is read (a running t2t-train saved a newer one and rotated), the newest
-    is pinned and read again; a step folder given by path that is deleted so is :class:`CheckpointGone`."""
+    is pinned and read again; a step folder given by path that is deleted so is a T2TError saying that."""
     for _ in range(PIN_ATTEMPTS):
         folder = pin_checkpoint(checkpoint_path)
         existed = Path(folder).is_dir()
@@ -199,8 +197,8 @@ def pinned(checkpoint_path: str, read: Callable[[str], T]) -> tuple[str, T]:
             if not existed or Path(folder).is_dir():
                 raise
             if folder == str(checkpoint_path):
-                raise CheckpointGone(f"checkpoint {folder} was deleted while it was read (a running t2t-train "
-                                     f"rotated it away); evaluate a newer checkpoint of its run.") from None
+                raise T2TError(f"checkpoint {folder} was deleted while it was read (a running t2t-train "
+                               f"rotated it away); evaluate a newer checkpoint of its run.") from None
             log.info("%s was deleted while it was read (a running t2t-train saved a newer one); reading the "
                      "newest checkpoint again", folder)
     raise T2TError(f"the newest checkpoint of {checkpoint_path} was deleted {PIN_ATTEMPTS} times while it was "

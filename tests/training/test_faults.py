@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import random
 import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,7 @@ from t2t.checkpoints import durable
 from t2t.training import progress
 from t2t.training import train as train_module
 from t2t.errors import T2TError
+from t2t.evaluation.evaluate import EvalConfig, evaluate, evaluate_checkpoints
 from t2t.training.progress import MetricsLog, read_metrics
 from t2t.training.train import TrainConfig, train
 from t2t.data.task import TASKS, load_modules
@@ -373,3 +377,111 @@ def test_an_output_dir_that_is_a_file_or_read_only_fails_before_training(straigh
         with pytest.raises(T2TError, match="cannot write to output dir .*Permission denied"):
             train(straight["cfg"](locked))
     assert built == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A renamed checkpoint, evaluation beside a running t2t-train, a killed study
+
+
+def test_a_checkpoint_renamed_to_a_higher_step_is_refused_and_rotates_nothing(straight, tmp_path):
+    run_dir = tmp_path / "run"
+    train(straight["cfg"](run_dir))
+    renamed = run_dir / "step_00000900"
+    (run_dir / checkpoint.checkpoint_name(SAVE_EVERY)).rename(renamed)
+    before = sorted(p.name for p in run_dir.iterdir())
+    message = f"checkpoint folder {renamed} holds step {SAVE_EVERY} \\(its trainer_state.json\\), not 900"
+    with pytest.raises(T2TError, match=message):
+        train(straight["cfg"](run_dir, train_steps=STEPS + SAVE_EVERY))
+    with pytest.raises(T2TError, match=message):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(run_dir), modules=straight["cfg"](run_dir).modules))
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # the real newest checkpoint is still there
+
+
+def eval_config(straight, run_dir: Path, out: Path, **changes) -> EvalConfig:
+    return EvalConfig(mixture=TASK, checkpoint=str(run_dir), modules=straight["cfg"](run_dir).modules,
+                      max_examples=2, output_dir=str(out), **changes)
+
+
+def saving_while_loading(monkeypatch, save, before: bool) -> None:
+    """Make t2t-eval's first model load race a t2t-train that saves a newer checkpoint and rotates the older
+    ones away (``save``), just before the load or just after it: the moments the race can take."""
+    from t2t.evaluation import evaluate as evaluate_module
+    real, calls = evaluate_module.load_model, []
+
+    def load_model(*args, **kwargs):
+        calls.append(args)
+        if before and len(calls) == 1:
+            save()
+        model = real(*args, **kwargs)
+        if not before and len(calls) == 1:
+            save()
+        return model
+    monkeypatch.setattr(evaluate_module, "load_model", load_model)
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_evaluation_beside_a_saving_run_stamps_the_step_it_read(straight, tmp_path, monkeypatch, before):
+    run_dir = tmp_path / "run"
+    train(straight["cfg"](run_dir, keep_checkpoints=1))
+    saving_while_loading(monkeypatch, lambda: train(straight["cfg"](run_dir, keep_checkpoints=1,
+                                                                    train_steps=STEPS + SAVE_EVERY)), before)
+    evaluate(eval_config(straight, run_dir, tmp_path / "eval"))
+    result = json.loads((tmp_path / "eval" / "validation" / f"{TASK}.metrics.json").read_text())
+    read = STEPS + SAVE_EVERY if before else STEPS  # before: the pinned one vanished, the newest was read
+    assert (result["step"], result["checkpoint"]) == (read, str(run_dir / checkpoint.checkpoint_name(read)))
+    monkeypatch.undo()
+    evaluate(eval_config(straight, run_dir / checkpoint.checkpoint_name(STEPS + SAVE_EVERY), tmp_path / "again"))
+    if before:  # the same checkpoint, the same predictions
+        assert ((tmp_path / "again" / "validation" / f"{TASK}.predictions.jsonl").read_text()
+                == (tmp_path / "eval" / "validation" / f"{TASK}.predictions.jsonl").read_text())
+
+
+def test_all_checkpoints_skips_one_that_rotation_deleted_with_a_line(straight, tmp_path, monkeypatch, caplog):
+    run_dir = tmp_path / "run"
+    train(straight["cfg"](run_dir))  # steps 3 and 6
+    saving_while_loading(monkeypatch, lambda: train(straight["cfg"](run_dir, keep_checkpoints=1,
+                                                                    train_steps=STEPS + SAVE_EVERY)), before=False)
+    with caplog.at_level(logging.WARNING, logger="t2t.evaluation.evaluate"):
+        best = evaluate_checkpoints(eval_config(straight, run_dir, tmp_path / "eval", all_checkpoints=True))
+    assert best[TASK]["step"] == SAVE_EVERY
+    gone = run_dir / checkpoint.checkpoint_name(STEPS)
+    assert [r.getMessage() for r in caplog.records if r.name == "t2t.evaluation.evaluate"] == [
+        f"skipping {gone}: a running t2t-train deleted it (rotation) before it was read"]
+
+
+def lock_is_free(lock: Path) -> bool:
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_killing_the_study_ends_its_training_child(straight, tmp_path):
+    """kill -9 of t2t-study leaves no t2t-train running (whose lock would stop the study's resume)."""
+    folder, out = straight["folder"], tmp_path / "study"
+    train_args = (f"--model {folder / 'tiny.yaml'} --module {folder / 'copy_task.py'} --batch-size 2 "
+                  "--set input_length=16 --set target_length=8 --set pack=false --save-every 100000")
+    code = ("import sys; from t2t.cli.main import study_main; sys.exit(study_main(sys.argv[1:]))")
+    env = {**os.environ, "T2T_VOCAB": str(tiny_vocabulary().path)}
+    study = subprocess.Popen([sys.executable, "-c", code, "--targets", TASK, "--target-steps", "1000000",
+                              "--output-dir", str(out), "--train-args", train_args], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = out / "none" / TASK / durable.LOCK_FILE
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.is_file() and lock.read_text().strip()) and time.monotonic() < deadline:
+            assert study.poll() is None, "the study ended before its t2t-train started"
+            time.sleep(0.2)
+        assert not lock_is_free(lock), "the study's t2t-train did not start"
+    finally:
+        study.kill()
+        study.wait()
+    deadline = time.monotonic() + 30
+    while not lock_is_free(lock) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert lock_is_free(lock), f"t2t-train (pid {lock.read_text().strip()}) outlived the killed study"
