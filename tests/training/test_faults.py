@@ -226,7 +226,7 @@ def test_a_second_writer_is_refused_while_the_first_is_saving(straight, tmp_path
     """The second run stops with the first one's pid and touches nothing (not even the first one's
     half-written temp folder); once the first is killed (-9: no clean-up) its lock is free again."""
     run_dir = tmp_path / "run"
-    first = start_child("child_main", child_spec(straight["cfg"](run_dir), at=1, action="pause", only="write_file"))
+    first = start_child("child_main", child_spec(straight["cfg"](run_dir), at=1, action="pause", only="save_file"))
     try:
         assert first.stdout.readline() == "paused\n", first.stderr.read()[-2000:]
         in_progress = sorted(p.name for p in run_dir.iterdir())
