@@ -121,13 +121,14 @@ def model_config_to_hf(cfg: ModelConfig) -> dict:
 
 
 def from_hf(dir_or_hub_id: str | os.PathLike) -> T5:
-    """A t2t model from a Hugging Face T5 folder (config.json + safetensors or pytorch_model.bin) or hub id."""
+    """A t2t model from a Hugging Face T5 folder (config.json + safetensors or pytorch_model.bin) or hub id,
+    in eval mode as transformers' ``from_pretrained`` returns it (training sets train mode itself)."""
     path = Path(dir_or_hub_id)
     if path.is_dir():
-        return from_hf_folder(path)
+        return from_hf_folder(path).eval()
     if path.exists():
         raise T2TError(f"{path} is a file; pass the Hugging Face model folder that holds config.json.")
-    return from_hf_folder(download_from_hub(str(dir_or_hub_id)))
+    return from_hf_folder(download_from_hub(str(dir_or_hub_id))).eval()
 
 
 def from_hf_folder(folder: Path) -> T5:

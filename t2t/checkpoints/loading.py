@@ -18,7 +18,13 @@ from t2t.models.t5 import T5, ModelConfig, add_adapters
 
 def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
     """A model from one of our checkpoints, a run dir (its latest checkpoint), a Hugging Face T5 folder,
-    or a Hugging Face hub id. ``verify`` checks our checkpoints' files against their checksums."""
+    or a Hugging Face hub id, in eval mode (dropout off, as transformers' ``from_pretrained`` returns
+    models; training sets train mode itself). ``verify`` checks our checkpoints' files against their
+    checksums."""
+    return find_and_load(path_or_id, verify).eval()
+
+
+def find_and_load(path_or_id: str | os.PathLike, verify: bool) -> T5:
     path = Path(path_or_id)
     if path.is_dir():
         if (path / CONFIG_FILE).is_file():

@@ -50,8 +50,7 @@ from safetensors.torch import save_file
 from t2t import config as config_lib
 from t2t.checkpoints import durable
 from t2t.errors import T2TError, error_summary
-from t2t.checkpoints.files import (check_state_dict, expected_shapes, read_json, read_safetensors,
-                                   torch_load, write_text, write_torch, write_with)
+from t2t.checkpoints.files import read_json, torch_load, write_text, write_torch, write_with
 from t2t.models.t5 import T5
 
 log = logging.getLogger(__name__)
@@ -282,33 +281,15 @@ def checkpoint_step(path: str | os.PathLike) -> int | None:
 # Loading
 
 
-def load_checkpoint(path: str | os.PathLike, model: T5 | None = None,
-                    optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True,
-                    verify: bool = True) -> dict:
-    """Load checkpoint ``path`` (a step folder, or a run dir: its latest) into ``model`` and ``optimizer``.
-
-    Returns the trainer state (``step`` and whatever the trainer saved). ``model`` must have the
-    checkpoint's architecture (any mismatch is a T2TError naming the file); the RNG states are restored
-    when ``restore_rng`` and rng.pt exists. ``verify`` checks the files read against their checksums.
-    """
+def load_checkpoint(path: str | os.PathLike, restore_rng: bool = True, verify: bool = True) -> dict:
+    """The trainer state of checkpoint ``path`` (a step folder, or a run dir: its latest): ``step`` and whatever
+    the trainer saved; the RNG states are restored when ``restore_rng`` and rng.pt exists. ``verify`` checks
+    the files read against their checksums. The rest of a checkpoint is read as resuming reads it: the model
+    with t2t.checkpoints.loading.load_model, the optimizer state with :func:`read_optimizer_state`."""
     path = _resolve_checkpoint_dir(Path(path))
     if verify:
-        verify_checkpoint(path, [TRAINER_STATE_FILE] + [MODEL_FILE, BASE_FILE] * (model is not None)
-                          + [OPTIMIZER_FILE] * (optimizer is not None) + [RNG_FILE] * restore_rng)
+        verify_checkpoint(path, [TRAINER_STATE_FILE] + [RNG_FILE] * restore_rng)
     state = read_json(path / TRAINER_STATE_FILE, "trainer state")
-    if model is not None:
-        weights = read_safetensors(path / MODEL_FILE)
-        partial = (path / BASE_FILE).is_file()  # the rest of the model is the base it was built from
-        check_state_dict(weights, expected_shapes(model), path / MODEL_FILE, "the model", partial)
-        model.load_state_dict(weights, strict=not partial)
-    if optimizer is not None:
-        opt_path = path / OPTIMIZER_FILE
-        opt_state = torch_load(opt_path, "optimizer state")
-        try:
-            optimizer.load_state_dict(opt_state)
-        except (ValueError, KeyError, RuntimeError, TypeError) as e:
-            raise T2TError(f"optimizer state {opt_path} does not fit this optimizer ({error_summary(e)}); "
-                           f"resume with the same optimizer settings or start a new run dir.") from None
     if restore_rng and (path / RNG_FILE).is_file():
         set_rng_state(torch_load(path / RNG_FILE, "RNG state"), path / RNG_FILE)
     return state

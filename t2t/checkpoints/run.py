@@ -56,6 +56,10 @@ HARMLESS_CHANGES = frozenset({
     "init_from"})
 
 
+# Settings that a schedule is a function of: changing them on resume changes the rates already on their way.
+SCHEDULE_SETTINGS = {"linear": "train_steps", "cosine": "train_steps"}
+
+
 # Model fields a run derives from other settings: the vocabulary, dropout_rate, transfer.adapter_dim.
 DERIVED_MODEL_FIELDS = frozenset({"vocab_size", "dropout_rate", "adapter_dim"})
 
@@ -260,19 +264,59 @@ def check_resume(run: Run, settings: dict, allow_changed: bool = False) -> None:
     changes += model_changes(run.settings.get("model"), settings.get("model"))
     if settings.get("vocab") and run.vocab and not same_file(settings["vocab"], run.vocab):
         changes.append(("vocab", run.vocab, settings["vocab"]))
-    breaking = [c for c in changes if c[0].split(".")[0] not in HARMLESS_CHANGES]
+    model = [c for c in changes if c[0].split(".")[0] == "model"]
+    if model:  # resuming builds the checkpoint's model: a changed one would be logged but not trained
+        listed = "; ".join(f"{key} {_show(old)} → {_show(new)}" for key, old, new in model)
+        raise T2TError(f"resuming {run.path} with a changed model ({listed}): a run's model is fixed by its "
+                       f"checkpoints, so not even --allow-changed-settings changes it; leave the model setting out "
+                       f"to resume with the run's, or start a new --output-dir with --init-from {run.path}.")
+    harmless = HARMLESS_CHANGES - {SCHEDULE_SETTINGS.get(run.settings.get("optimizer", {}).get("schedule"))}
+    breaking = [c for c in changes if c[0].split(".")[0] not in harmless]
     if breaking and not allow_changed:
-        listed = "; ".join(f"{key} {_show(old)} → {_show(new)}" for key, old, new in breaking)
+        listed = "; ".join(f"{key} {_show(old)} → {_show(new)}{_why_breaking(run, key)}" for key, old, new in breaking)
         raise T2TError(f"resuming {run.path} with settings that break exact continuation ({listed}); use the "
                        f"run's settings, or pass --allow-changed-settings to continue with the new ones.")
     for key, old, new in changes:
         log.info("resuming with %s %s (the run had %s)", key, _show(new), _show(old))
 
 
+def _why_breaking(run: Run, key: str) -> str:
+    schedule = run.settings.get("optimizer", {}).get("schedule")
+    return f", which the {schedule} schedule decays over" if SCHEDULE_SETTINGS.get(schedule) == key else ""
+
+
+def check_data_fingerprint(checkpoint_path: Path, recorded: dict | None, current: dict,
+                           allow_changed: bool = False) -> None:
+    """The training data a resumed run reads must be what it read before (``{member: {"examples", "sha256"}}``
+    as the trainer records it beside each checkpoint; checkpoints from before the record pass). A change is
+    one T2TError, or with ``allow_changed`` a warning."""
+    if recorded is None:
+        return
+    changed = [name for name in sorted(set(recorded) | set(current)) if recorded.get(name) != current.get(name)]
+    if not changed:
+        return
+    name = changed[0]
+    before, now = (_data_summary(d.get(name)) for d in (recorded, current))
+    message = (f"the training data of {name} changed since {checkpoint_path} was saved ({before} then, {now} "
+               f"now{f'; {len(changed) - 1} more member(s) changed' if len(changed) > 1 else ''})")
+    if not allow_changed:
+        raise T2TError(f"{message}, so the run cannot continue exactly; restore that data, or pass "
+                       f"--allow-changed-settings to continue on the new data.")
+    log.warning("%s; continuing on the new data (--allow-changed-settings)", message)
+
+
+def _data_summary(fingerprint: dict | None) -> str:
+    if fingerprint is None:
+        return "not in the mixture"
+    return f"{fingerprint['examples']:,} examples, sha256 {fingerprint['sha256'][:12]}"
+
+
 def model_changes(recorded: Any, setting: Any) -> list[tuple[str, Any, Any]]:
     """How the ``model`` setting differs from the model a run recorded (all its fields): fields set from
     other settings (the vocabulary, dropout_rate, transfer.adapter_dim) are not compared; a preset file that
     is not readable here cannot differ (resuming builds the run's own model)."""
+    if setting is None:  # not given: the run's own model
+        return []
     if setting == recorded or not isinstance(recorded, dict):
         return [] if setting == recorded else [("model", recorded, setting)]
     try:
@@ -297,6 +341,34 @@ def record_run(run_dir: str | os.PathLike, vocab_path: str | os.PathLike, module
     for module in files:
         _copy(Path(module), run_dir / MODULES_DIR / Path(module).name)
     record_checksums(run_dir)
+
+
+def resumable_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint that training in ``run_dir`` resumes from (None: a new run). A damaged step folder (one
+    without all of checkpoint.REQUIRED_FILES) newer than it is refused: resuming would restart behind it,
+    cut metrics.jsonl back and save over it."""
+    run_dir = Path(run_dir)
+    latest = checkpoint.latest_checkpoint(run_dir)
+    floor = -1 if latest is None else checkpoint.checkpoint_step(latest)
+    for path in sorted(run_dir.glob("step_*")) if run_dir.is_dir() else []:
+        step = checkpoint.checkpoint_step(path)
+        missing = [name for name in checkpoint.REQUIRED_FILES if not (path / name).is_file()]
+        if path.is_dir() and step is not None and step > floor and missing:
+            behind = latest.name if latest is not None else "step 0"
+            raise T2TError(f"checkpoint {path} is damaged (it has no {', '.join(missing)}): training would restart "
+                           f"from {behind} behind it, cut metrics.jsonl back and save over it; restore the missing "
+                           f"file, or move {path.name} out of {run_dir} to resume from {behind}.")
+    return latest
+
+
+def pinned_checkpoint(init_from: str | None) -> str | None:
+    """``init_from`` with a t2t run dir replaced by its latest checkpoint, so that the weights loaded, the
+    parent recorded in lineage.json and a trained-only checkpoint's base are one checkpoint, even while the
+    parent run goes on saving newer ones (anything else is returned as it is)."""
+    if not init_from:
+        return None
+    parent = find_run(init_from) if Path(init_from).is_dir() else None
+    return str(parent.checkpoint) if parent is not None else init_from
 
 
 def record_lineage(run_dir: str | os.PathLike, init_from: str) -> list[dict]:

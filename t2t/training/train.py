@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import math
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 
 from t2t.checkpoints import native as checkpoint
@@ -29,20 +31,23 @@ from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
-from t2t.data.pipeline import build_train_batches
-from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics
+from t2t.data.pipeline import TrainBatches, build_train_batches
+from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics, read_metrics
 from t2t.data.task import get_task_or_mixture, load_modules
-from t2t.training.transfer import TransferConfig, describe_trainable, prepare_transfer
+from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 from t2t.data.vocab import load_vocabulary
 from t2t.evaluation.evaluate import validation_metrics
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MODEL = "t5-small"  # trained from scratch when neither model nor init_from is given
+METRICS_FILE = "metrics.jsonl"
+
 
 @dataclass
 class TrainConfig:
     mixture: str = ""                 # a task or mixture name (--task / --mixture)
-    model: str | dict = "t5-small"    # preset in configs/models or a config file, or {preset: NAME, <field>: value}
+    model: str | dict | None = None   # preset in configs/models or a config file, or {preset: NAME, <field>: value}; None: t5-small, or init_from's model
     init_from: str | None = None      # our checkpoint or run dir, a Hugging Face T5 folder or hub id
     vocab: str | None = None          # SentencePiece .model (resuming: the run's spiece.model)
     data_dir: str | None = None       # root of local data copies (default: $T2T_DATA_DIR)
@@ -107,94 +112,210 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules:
                        "start t2t-train without torchrun, or freeze with transfer.freeze instead.")
     # one writer per output dir (the main process writes everything in it)
     with durable.lock_output_dir(Path(cfg.output_dir)) if distributed.is_main() else contextlib.nullcontext():
-        return train_locked(cfg, allow_changed_settings, trust_modules)
+        return train_in_output_dir(cfg, allow_changed_settings, trust_modules)
 
 
-def train_locked(cfg: TrainConfig, allow_changed_settings: bool, trust_modules: bool = False) -> list[dict]:
-    """``train`` once the output dir is ours."""
+def train_in_output_dir(cfg: TrainConfig, allow_changed_settings: bool, trust_modules: bool = False) -> list[dict]:
+    """``train`` once the output dir is ours: the recipe, one named step a line."""
     run_dir = Path(cfg.output_dir)
-    latest = checkpoint.latest_checkpoint(run_dir)
+    latest = run_lib.resumable_checkpoint(run_dir)
+    if latest is not None and checkpoint.checkpoint_step(latest) >= cfg.train_steps:
+        return nothing_to_train(run_dir, latest, cfg.train_steps)
     if latest is not None:
-        run = run_lib.open_run(latest, cfg.verify_checkpoints)
-        run_lib.require_module_consent(run, cfg.modules, trust_modules, resuming=True)
-        cfg = run_lib.with_run_locations(cfg, run)
-        run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings)
+        cfg = resume_settings(cfg, latest, allow_changed_settings, trust_modules)
+    device = set_up_process(cfg)
+    vocab = load_vocabulary(cfg.vocab, data_dir=cfg.data_dir)
+    parent = None if latest is not None else run_lib.pinned_checkpoint(cfg.init_from)
+    model = build_model(cfg, vocab, resume_from=latest, init_from=parent).to(device)
+    record_run(cfg, run_dir, vocab, parent)  # after the parent loaded: a failed --init-from claims no parent
+    trainer = build_trainer(cfg, run_dir, model, vocab, device, resumed_from=latest, parent=parent)
+    if latest is not None:
+        resume_state(trainer, latest, allow_changed_settings)
+    evaluator = make_evaluator(cfg, vocab, device) if cfg.eval_every else None
+    return train_loop(trainer, evaluator)
+
+
+@dataclass
+class Trainer:
+    """What the loop works on: the wrapped model, its optimizer and schedule, the data stream, and the step."""
+    cfg: TrainConfig
+    run_dir: Path
+    settings: dict                  # the run's settings, recorded beside each checkpoint
+    objective: torch.nn.Module      # the model under its loss, wrapped for DDP / FSDP
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    batches: TrainBatches
+    trainable: TrainableSchedule
+    trained_only: tuple[set[str], str] | None  # save_trained_only: (the trained names, the base reference)
+    data_fingerprint: dict          # {member: {"examples", "sha256"}} of the training data read
+    device: torch.device
+    step: int = 0
+
+    @property
+    def model(self) -> T5:
+        return unwrap(self.objective).model
+
+
+def nothing_to_train(run_dir: Path, latest: Path, train_steps: int) -> list[dict]:
+    """A run at or beyond ``train_steps`` says so and returns its logged records, touching nothing."""
+    log.info("%s is already at step %d, at or beyond train_steps %d: nothing to train; pass a larger "
+             "--train-steps to continue", run_dir, checkpoint.checkpoint_step(latest), train_steps)
+    return read_metrics(run_dir / METRICS_FILE)
+
+
+def resume_settings(cfg: TrainConfig, latest: Path, allow_changed_settings: bool,
+                    trust_modules: bool = False) -> TrainConfig:
+    """``cfg`` with the run's vocabulary, modules and data dir where it leaves them unset, checked against the
+    settings recorded beside ``latest`` (see t2t.checkpoints.run.check_resume); the run's module copies are
+    imported with the user's consent (t2t.checkpoints.run.require_module_consent)."""
+    run = run_lib.open_run(latest, cfg.verify_checkpoints)
+    run_lib.require_module_consent(run, cfg.modules, trust_modules, resuming=True)
+    cfg = run_lib.with_run_locations(cfg, run)
+    run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings)
+    return cfg
+
+
+def set_up_process(cfg: TrainConfig) -> torch.device:
+    """Seed, threads and device; the user's modules imported and the mixture's name checked (an unknown name
+    fails here, before anything is loaded)."""
     torch.manual_seed(cfg.seed)
     distributed.use_threads(cfg.threads)
     device = distributed.pick_device(cfg.device)
     load_modules(cfg.modules)
-    get_task_or_mixture(cfg.mixture)  # an unknown name fails here, before anything is loaded
-    vocab = load_vocabulary(cfg.vocab, data_dir=cfg.data_dir)
-    settings = run_lib.recorded_settings(config.to_dict(cfg), vocab.path)
+    get_task_or_mixture(cfg.mixture)
+    return device
+
+
+def record_run(cfg: TrainConfig, run_dir: Path, vocab, parent: str | None) -> None:
+    """The run's copies of its vocabulary and modules and, for a new run from ``parent``, its lineage."""
     if distributed.is_main():
         run_lib.record_run(run_dir, vocab.path, cfg.modules)
-        if latest is None and cfg.init_from:
-            run_lib.record_lineage(run_dir, cfg.init_from)
+        if parent is not None:
+            run_lib.record_lineage(run_dir, parent)
 
-    model = build_model(cfg, vocab, resume_from=latest).to(device)
-    trainable = prepare_transfer(model, cfg.transfer, cfg.train_steps)
-    trained_only = ((trainable.trained_names(), checkpoint.base_reference(cfg.init_from, latest))
-                    if cfg.transfer.save_trained_only else None)
-    # the model's weights came from ``latest`` in build_model; the rest of its state is read here
-    state = checkpoint.load_checkpoint(latest, verify=cfg.verify_checkpoints) if latest else {"step": 0}
-    if latest is not None:
-        require_resume_state(state, latest)
-        if state["step"] >= cfg.train_steps:
-            log.info("%s is already at step %d, at or beyond train_steps %d: nothing to train; pass a larger "
-                     "--train-steps to continue", run_dir, state["step"], cfg.train_steps)
+
+def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: torch.device,
+                  resumed_from: Path | None, parent: str | None) -> Trainer:
+    """Which parameters train, the wrapped model, its optimizer and schedule, and the data stream."""
     if cfg.lm_loss_weight and model.config.has_encoder:
         raise T2TError(f"lm_loss_weight (GPT's auxiliary LM loss over the inputs) needs a decoder_only or prefix_lm "
                        f"model, not {model.config.architecture}; set it to 0 or change model.architecture.")
+    trainable = prepare_transfer(model, cfg.transfer, cfg.train_steps)
+    trained_only = None
+    if cfg.transfer.save_trained_only:  # the base is the checkpoint the parent's weights came from
+        trained_only = (trainable.trained_names(), checkpoint.base_reference(parent or cfg.init_from, resumed_from))
     objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight), cfg.parallelism, device)
     optimizer = build_optimizer(objective, cfg.optimizer)  # after wrapping: FSDP replaces the parameters
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
-    batches = build_train_batches(
+    batches = build_batches(cfg, vocab, model.config.architecture)
+    settings = run_lib.recorded_settings(config.to_dict(cfg), vocab.path)
+    return Trainer(cfg, run_dir, settings, objective, optimizer, scheduler, batches, trainable, trained_only,
+                   data_fingerprint(batches), device)
+
+
+def build_batches(cfg: TrainConfig, vocab, architecture: str) -> TrainBatches:
+    """This process's share of the run's deterministic, resumable stream of training batches."""
+    return build_train_batches(
         cfg.mixture, vocab=vocab, batch_size=cfg.batch_size,
         input_length=cfg.input_length, target_length=cfg.target_length, pack=cfg.pack, seed=cfg.seed,
         data_dir=cfg.data_dir, rank=distributed.rank(), world_size=distributed.world_size(),
         skip_unavailable=cfg.skip_unavailable, max_tokens=cfg.max_tokens, mixing_maximum=cfg.mixing_maximum,
-        mixing_temperature=cfg.mixing_temperature, architecture=model.config.architecture)
-    step = state["step"]
-    if latest is not None:
-        load_optimizer_state(run, cfg, objective, optimizer, latest)
-        scheduler.load_state_dict(state["scheduler"])
-        batches.load_state_dict(state["data"])
-        log.info("resumed from %s at step %d", latest, step)
+        mixing_temperature=cfg.mixing_temperature, architecture=architecture)
 
-    metrics_log = MetricsLog(run_dir / "metrics.jsonl", enabled=distributed.is_main(), truncate_after=step)
-    progress = ProgressBar(total=cfg.train_steps, initial=step, enabled=distributed.is_main())
-    evaluator = make_evaluator(cfg, vocab, device) if cfg.eval_every else None
-    batch_iter = iter(batches)
+
+def data_fingerprint(batches: TrainBatches) -> dict[str, dict]:
+    """``{member: {"examples": n, "sha256": hash}}`` of the tokenized training examples each mixture member
+    holds (what the pipeline already read: hashing them costs far less than tokenizing them). A streaming
+    member is read as training goes, so it has none."""
+    found = {}
+    for name, stream in sorted(batches.streams.items()):
+        if stream.streaming:
+            continue
+        digest = hashlib.sha256()
+        for example in stream.data:
+            for key in sorted(example):
+                digest.update(key.encode())
+                digest.update(np.ascontiguousarray(example[key]).tobytes())
+        found[name] = {"examples": len(stream.data), "sha256": digest.hexdigest()}
+    return found
+
+
+def resume_state(trainer: Trainer, latest: Path, allow_changed_settings: bool) -> None:
+    """Everything but the weights (build_model loaded those) from checkpoint ``latest``: the step, schedule,
+    data stream position, RNG and optimizer states; the training data must be what the run read before."""
+    cfg = trainer.cfg
+    state = checkpoint.load_checkpoint(latest, verify=cfg.verify_checkpoints)
+    require_resume_state(state, latest)
+    run_lib.check_data_fingerprint(latest, state.get("data_fingerprint"), trainer.data_fingerprint,
+                                   allow_changed_settings)
+    load_optimizer_state(run_lib.open_run(latest), cfg, trainer.objective, trainer.optimizer, latest)
+    restore_schedule(trainer.scheduler, state["scheduler"], cfg.optimizer.learning_rate)
+    trainer.batches.load_state_dict(state["data"])
+    trainer.step = state["step"]
+    log.info("resumed from %s at step %d", latest, trainer.step)
+
+
+def train_loop(trainer: Trainer, evaluator) -> list[dict]:
+    """Steps from ``trainer.step`` to ``train_steps``: log, evaluate and save on their schedules."""
+    cfg, run_dir = trainer.cfg, trainer.run_dir
+    metrics_log = MetricsLog(run_dir / METRICS_FILE, enabled=distributed.is_main(), truncate_after=trainer.step)
+    progress = ProgressBar(total=cfg.train_steps, initial=trainer.step, enabled=distributed.is_main())
+    batch_iter = iter(trainer.batches)
     window_tokens, window_start = 0, time.perf_counter()
-    log.info(describe_trainable(model))
-    while step < cfg.train_steps:
-        trainable.apply(step)
-        micro_batches = split_rows(next(batch_iter), batches.global_rows(), cfg.grad_accum_steps)
-        loss, tokens = train_step(objective, micro_batches, optimizer, cfg, device, step)
-        scheduler.step()
-        step += 1
+    trainer.trainable.apply(trainer.step)
+    log.info(describe_trainable(trainer.model))
+    while trainer.step < cfg.train_steps:
+        trainer.trainable.apply(trainer.step)
+        micro_batches = split_rows(next(batch_iter), trainer.batches.global_rows(), cfg.grad_accum_steps)
+        loss, tokens = train_step(trainer.objective, micro_batches, trainer.optimizer, cfg, trainer.device,
+                                  trainer.step)
+        trainer.scheduler.step()
+        trainer.step += 1
+        step = trainer.step
+        check_finite(trainer, loss)
         window_tokens += tokens
         progress.update(loss)
         last = step == cfg.train_steps
         evaluate_now = evaluator is not None and (step % cfg.eval_every == 0 or last)
+        save_now = step % cfg.save_every == 0 or last
         if step % cfg.log_every == 0 or evaluate_now or last:
             elapsed = time.perf_counter() - window_start
-            record = {"step": step, "loss": loss, "learning_rate": scheduler.get_last_lr()[0],
+            record = {"step": step, "loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
                       "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
             if evaluate_now:
-                record.update(evaluator(model))
+                record.update(evaluator(trainer.model))
             metrics_log.write(record)
             progress.show(record)
             window_tokens, window_start = 0, time.perf_counter()
-        if step % cfg.save_every == 0 or last:
-            save(cfg, settings, run_dir, step, objective, optimizer, scheduler, batches, trained_only)
+        if save_now:
+            save_checkpoint(trainer)
             if distributed.is_main():
                 plot_metrics(metrics_log.path, run_dir / "metrics.png")
     progress.close()
     return metrics_log.records()
 
 
-def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None) -> T5:
+def check_finite(trainer: Trainer, loss: float) -> None:
+    """Stop at the step whose loss or update is not finite, before anything of it is logged, evaluated or
+    saved (each process checks its shard of the weights; one device sync)."""
+    if not math.isfinite(loss):
+        raise diverged(trainer, f"the loss became {loss}")
+    finite = torch.stack([torch.isfinite(p.detach()).all() for p in trainer.objective.parameters()]).all()
+    if distributed.all_reduce_sum(float(not finite)):
+        raise diverged(trainer, "the weights became NaN or infinite")
+
+
+def diverged(trainer: Trainer, what: str) -> T2TError:
+    """Training diverged at ``trainer.step``: one sentence with the step and the last good checkpoint."""
+    latest = checkpoint.latest_checkpoint(trainer.run_dir)
+    good = (f"the last good checkpoint is {latest} (to resume from it with a lower rate, pass "
+            f"--allow-changed-settings)" if latest is not None else "no checkpoint was saved")
+    bf16 = ", or train in fp32" if trainer.cfg.precision == "bf16" else ""
+    return T2TError(f"training diverged at step {trainer.step}: {what}, so nothing of it was saved; {good}; "
+                    f"lower optimizer.learning_rate (now {trainer.cfg.optimizer.learning_rate:g}){bf16}.")
+
+
+def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None, init_from: str | None = None) -> T5:
     """The preset (or ``init_from``'s weights), with the run's dropout, checked against the vocabulary.
 
     A preset's embedding is sized from the vocabulary, rounded up to a multiple of 128 as T5 pads 32,100
@@ -205,12 +326,12 @@ def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None) -> T5:
     if resume_from is not None:
         model = load_model(resume_from, verify=cfg.verify_checkpoints)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"checkpoint {resume_from}")
-    elif cfg.init_from:
-        model = load_model(cfg.init_from, verify=cfg.verify_checkpoints)
+    elif init_from:
+        model = load_model(init_from, verify=cfg.verify_checkpoints)
         check_model_settings(cfg.model, model.config, cfg.init_from)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, cfg.init_from)
     else:
-        model_cfg = resolve_model_config(cfg.model)
+        model_cfg = resolve_model_config(cfg.model or DEFAULT_MODEL)
         if isinstance(cfg.model, dict) and "vocab_size" in cfg.model:  # set explicitly: must fit
             run_lib.check_vocabulary_fits(model_cfg.vocab_size, vocab, "model.vocab_size")
         elif model_cfg.vocab_size != run_lib.embedding_rows(vocab.vocab_size):
@@ -224,26 +345,50 @@ def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None) -> T5:
     return model
 
 
-def check_model_settings(setting: str | dict, loaded: ModelConfig, source: str) -> None:
-    """Model fields given beside ``init_from`` must match the loaded model (its weights fix them)."""
-    fields = {k: v for k, v in setting.items() if k != config.PRESET} if isinstance(setting, dict) else {}
-    given = config.to_dict(config.from_dict(ModelConfig, fields, "model"))
+def check_model_settings(setting: str | dict | None, loaded: ModelConfig, source: str) -> None:
+    """A model given beside ``init_from`` must match the loaded model (its weights fix it): a preset (or
+    config file) in every field but those other settings derive (vocabulary size, dropout, adapters), fields
+    given without a preset in those fields."""
+    if setting is None:
+        return
+    named = isinstance(setting, str) or config.PRESET in setting
+    fields = {} if isinstance(setting, str) else {k: v for k, v in setting.items() if k != config.PRESET}
+    given = config.to_dict(resolve_model_config(setting) if named else config.from_dict(ModelConfig, fields, "model"))
     have = config.to_dict(loaded)
-    differ = sorted(k for k in fields if given[k] != have[k])
-    if differ:
-        raise T2TError(f"model.{differ[0]} = {fields[differ[0]]!r} differs from the model loaded from "
-                       f"{source} ({have[differ[0]]!r}); leave it out or train from scratch.")
+    compared = [k for k in have if k not in run_lib.DERIVED_MODEL_FIELDS] if named else []
+    differ = sorted({k for k in [*compared, *fields] if given[k] != have[k]})
+    if not differ:
+        return
+    key = differ[0]
+    what = f"model {setting if isinstance(setting, str) else setting[config.PRESET]}" if named and key not in fields \
+        else f"model.{key} = {fields[key]!r}"
+    raise T2TError(f"{what} differs from the model loaded from {source} ({key} {have[key]!r}, not "
+                   f"{given[key]!r}); leave it out to train the loaded model, or leave out --init-from to train "
+                   f"from scratch.")
 
 
 def load_optimizer_state(run, cfg: TrainConfig, objective, optimizer, latest: Path) -> None:
-    """The checkpoint's optimizer state, unless the optimizer was changed (allowed by the user): a state of
-    another optimizer does not fit, so the new one starts afresh."""
+    """The checkpoint's optimizer state (moments, step counts) under this run's optimizer settings (changed
+    ones were allowed by the user), unless the optimizer was changed: a state of another optimizer does not
+    fit, so the new one starts afresh."""
     recorded = run.settings.get("optimizer", {}).get("name", cfg.optimizer.name)
     if recorded != cfg.optimizer.name:
         log.info("optimizer changed from %s to %s: its state starts afresh", recorded, cfg.optimizer.name)
         return
     optimizer_state = checkpoint.read_optimizer_state(latest, cfg.verify_checkpoints)
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     distributed.load_optimizer_state(objective, optimizer, optimizer_state)
+    for group, setting in zip(optimizer.param_groups, settings):  # the settings of this run, not the saved ones
+        group.update(setting)
+
+
+def restore_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, state: dict, learning_rate: float) -> None:
+    """The schedule where it stopped, at the configured peak rate (the run's own unless the user changed it
+    with --allow-changed-settings, which the resume then follows)."""
+    scheduler.load_state_dict(state)
+    scheduler.base_lrs = [learning_rate] * len(scheduler.base_lrs)
+    for group, factor in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
+        group["initial_lr"], group["lr"] = learning_rate, learning_rate * factor(scheduler.last_epoch)
 
 
 def require_resume_state(state: dict, path: Path) -> None:
@@ -300,8 +445,6 @@ def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     mean_loss = distributed.all_reduce_sum(loss_sum) / max(total_weight, 1.0)
-    if not math.isfinite(mean_loss):
-        raise T2TError(f"the loss became {mean_loss} at step {step + 1}; lower the learning rate or use fp32.")
     return mean_loss, int(distributed.all_reduce_sum(tokens))
 
 
@@ -323,25 +466,24 @@ class TrainingObjective(torch.nn.Module):
         return loss_sum
 
 
-def save(cfg: TrainConfig, settings: dict, run_dir: Path, step: int, objective: torch.nn.Module, optimizer,
-         scheduler, batches, trained_only: tuple[set[str], str] | None = None) -> None:
+def save_checkpoint(trainer: Trainer) -> None:
     """Gather the full state on every process (FSDP needs all of them), write it from the main one.
 
-    ``trained_only`` = (names, base): write only those parameters, and ``base`` as where the rest is."""
-    model_state = distributed.full_model_state(objective, prefix="model.")
-    optimizer_state = distributed.full_optimizer_state(objective, optimizer)
-    data_state = batches.state_dict()
+    With ``trained_only`` = (names, base), only those parameters are written, and ``base`` as where the rest is."""
+    model_state = distributed.full_model_state(trainer.objective, prefix="model.")
+    optimizer_state = distributed.full_optimizer_state(trainer.objective, trainer.optimizer)
+    data_state = trainer.batches.state_dict()
     if distributed.is_main():
-        model = unwrap(objective).model
-        base = None
-        if trained_only is not None:
-            names, base = trained_only
+        model, base = trainer.model, None
+        if trainer.trained_only is not None:
+            names, base = trainer.trained_only
             model_state = {k: v for k, v in (model_state or model.state_dict()).items() if k in names}
-        state = {"step": step, "scheduler": scheduler.state_dict(), "data": data_state}
-        checkpoint.save_checkpoint(run_dir, step, model, model_state=model_state,
+        state = {"step": trainer.step, "scheduler": trainer.scheduler.state_dict(), "data": data_state,
+                 "data_fingerprint": trainer.data_fingerprint}
+        checkpoint.save_checkpoint(trainer.run_dir, trainer.step, model, model_state=model_state,
                                    optimizer_state=optimizer_state, trainer_state=state,
-                                   settings=resolved_settings(settings, model), keep_last=cfg.keep_checkpoints,
-                                   base=base)
+                                   settings=resolved_settings(trainer.settings, model),
+                                   keep_last=trainer.cfg.keep_checkpoints, base=base)
     distributed.barrier()
 
 

@@ -69,14 +69,19 @@ class TrainableSchedule:
 
     def apply(self, step: int) -> None:
         """Set ``requires_grad`` for ``step`` (0-based: the step about to be taken); a no-op (called every
-        step) unless an episode starts at ``step`` or this is the first call."""
+        step) unless an episode starts at ``step`` or this is the first call. Each episode that opens after
+        the first call is logged in one line."""
         opened = sum(start <= step for start, _ in self.episodes)
         if opened == self._opened:
             return
+        newly = [] if self._opened is None else [names for _, names in self.episodes[self._opened:opened]]
         self._opened = opened
         trainable = self.trainable_names(step)
         for name, param in self.model.named_parameters():
             param.requires_grad_(name in trainable)
+        for names in newly:
+            log.info("step %d: unfreezing %s; %s", step + 1, ", ".join(block_names(names)),
+                     describe_trainable(self.model))
 
 
 def prepare_transfer(model: T5, cfg: TransferConfig, train_steps: int) -> TrainableSchedule:
@@ -137,8 +142,17 @@ def gradual_episodes(model: T5, cfg: TransferConfig, train_steps: int) -> list[t
     return episodes
 
 
+def block_names(names: set[str]) -> list[str]:
+    """The blocks a set of parameter names belongs to (``encoder.blocks.3``), in order."""
+    blocks = {".".join(name.split(".")[:3]) for name in names if ".blocks." in name}
+    return sorted(blocks, key=lambda b: (b.split(".")[0], int(b.split(".")[2])))
+
+
 def describe_trainable(model: torch.nn.Module) -> str:
-    """One line for the log: how many parameters train, of how many."""
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
+    """One line for the log: how many parameters train now, of how many (and of how many tensors)."""
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    tensors = sum(p.requires_grad for p in params)
+    return (f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%; "
+            f"{tensors} of {len(params)} tensors)")

@@ -1,6 +1,7 @@
 """The run directory as the source of truth: what training copies into it, and evaluation and resuming
 taking the run's vocabulary, modules, data dir and settings."""
 
+import dataclasses
 import errno
 import json
 import logging
@@ -21,7 +22,8 @@ from t2t.checkpoints import run as run_lib
 from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import EvalConfig, evaluate
-from t2t.data.task import TASKS
+from t2t.data.task import TASKS, get_task
+from t2t.data.tokenized import clear_cache
 from t2t.testing import TINY_TEXT, TINY_VOCAB_PIECES, tiny_vocabulary
 from t2t.training.train import TrainConfig, train
 
@@ -299,9 +301,13 @@ def test_resume_compares_the_model_with_the_recorded_one(setup, tmp_path):
     train(settings(setup, tmp_path / "run"))
     assert checkpoint.read_settings(tmp_path / "run")["model"]["vocab_size"] == 512  # recorded in full
     train(settings(setup, tmp_path / "run", train_steps=3))  # the same preset file: no difference
-    with pytest.raises(T2TError, match=r"model.d_ff 64 → 128; model.num_layers 2 → 3\)"):
-        train(settings(setup, tmp_path / "run", train_steps=4, model={"preset": setup.model, "num_layers": 3,
-                                                                       "d_ff": 128}))
+    changed = settings(setup, tmp_path / "run", train_steps=4, model={"preset": setup.model, "num_layers": 3,
+                                                                       "d_ff": 128})
+    for allow in (False, True):  # the log would say "resuming with model.num_layers 3" and train 2 layers
+        with pytest.raises(T2TError, match=r"changed model \(model.d_ff 64 → 128; model.num_layers 2 → 3\): a "
+                                           r"run's model is fixed by its checkpoints, so not even "
+                                           r"--allow-changed-settings changes it"):
+            train(changed, allow_changed_settings=allow)
 
 
 # -- a run's copies are code and data someone wrote: consent, checksums, modes
@@ -456,3 +462,71 @@ def test_evaluating_one_checkpoint_writes_beside_the_run_not_inside_the_checkpoi
     assert not (step / "eval").exists()
     evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), modules=[setup.module]))
     assert json.loads((tmp_path / "run" / "eval" / "validation" / f"{TASK}.metrics.json").read_text())["step"] == 4
+
+
+
+@pytest.mark.parametrize("damage", ["delete", "rename"])
+def test_a_checkpoint_without_its_trainer_state_is_never_silently_restarted(setup, tmp_path, damage):
+    """Resuming would start behind the damaged checkpoint (here: from step 0), cut metrics.jsonl back and
+    save over it: one sentence naming the checkpoint and the way out instead, and nothing touched."""
+    train(settings(setup, tmp_path / "run"))
+    damaged = checkpoint.latest_checkpoint(tmp_path / "run")
+    state = damaged / "trainer_state.json"
+    state.unlink() if damage == "delete" else state.rename(damaged / "trainer_state.json.bak")
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    with pytest.raises(T2TError, match=f"checkpoint {damaged} is damaged \\(it has no trainer_state.json\\): "
+                                       f"training would restart from step 0 behind it.*move {damaged.name} out of "
+                                       f"{tmp_path / 'run'} to resume from step 0"):
+        train(settings(setup, tmp_path / "run", train_steps=4))
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics
+    assert sorted(p.name for p in damaged.iterdir()) == sorted(
+        ["model.safetensors", "config.json", "optimizer.pt", "rng.pt", "train_config.yaml", "checksums.sha256"]
+        + ([] if damage == "delete" else ["trainer_state.json.bak"]))
+
+
+def test_a_damaged_checkpoint_names_the_older_one_to_resume_from(setup, tmp_path):
+    train(settings(setup, tmp_path / "run", train_steps=4))
+    (tmp_path / "run" / "step_00000004" / "trainer_state.json").unlink()
+    with pytest.raises(T2TError, match="step_00000004 is damaged.*restart from step_00000002 behind it"):
+        train(settings(setup, tmp_path / "run", train_steps=6))
+
+
+def test_a_schedule_that_decays_over_train_steps_refuses_a_new_train_steps(setup, tmp_path):
+    def with_schedule(schedule, **changes):
+        cfg = settings(setup, tmp_path / schedule, **changes)
+        return dataclasses.replace(cfg, optimizer=dataclasses.replace(cfg.optimizer, schedule=schedule))
+
+    for schedule in ("linear", "cosine"):
+        train(with_schedule(schedule))
+        with pytest.raises(T2TError, match=rf"train_steps 2 → 4, which the {schedule} schedule decays over\)"):
+            train(with_schedule(schedule, train_steps=4))
+        assert train(with_schedule(schedule, train_steps=4), allow_changed_settings=True)[-1]["step"] == 4
+    train(with_schedule("rsqrt"))
+    assert train(with_schedule("rsqrt", train_steps=4))[-1]["step"] == 4  # rsqrt is not a function of it
+
+
+def test_a_failed_init_from_leaves_no_lineage(setup, tmp_path):
+    train(settings(setup, tmp_path / "parent"))
+    (checkpoint.latest_checkpoint(tmp_path / "parent") / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(T2TError, match="model.safetensors"):
+        train(settings(setup, tmp_path / "child", init_from=str(tmp_path / "parent")))
+    assert not (tmp_path / "child" / run_lib.LINEAGE_FILE).exists()
+    assert checkpoint.latest_checkpoint(tmp_path / "child") is None
+
+
+def test_changed_training_data_is_refused_on_resume(setup, tmp_path, monkeypatch, caplog):
+    """train.tsv cut from 5 rows to 2 between a run and its resume: the recorded fingerprint (examples read
+    and their hash) differs; --allow-changed-settings continues with a warning."""
+    train(settings(setup, tmp_path / "run"))
+    recorded = json.loads((checkpoint.latest_checkpoint(tmp_path / "run") / "trainer_state.json").read_text())
+    assert recorded["data_fingerprint"][TASK]["examples"] == 5
+    rows = [{"text": t} for t in ["the cat sat", "a dog ran"]]
+    monkeypatch.setitem(get_task(TASK).source.examples, "train", rows)
+    clear_cache()
+    with pytest.raises(T2TError, match=rf"the training data of {TASK} changed since .*step_00000002 was saved "
+                                       r"\(5 examples, sha256 \w+ then, 2 examples, sha256 \w+ now\), so the run "
+                                       r"cannot continue exactly"):
+        train(settings(setup, tmp_path / "run", train_steps=3))
+    with caplog.at_level(logging.WARNING, logger="t2t.checkpoints.run"):
+        assert train(settings(setup, tmp_path / "run", train_steps=3), allow_changed_settings=True)[-1]["step"] == 3
+    assert "continuing on the new data" in caplog.text

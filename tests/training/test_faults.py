@@ -196,12 +196,6 @@ def stopped(straight) -> dict[str, dict]:
                    "stderr": (folder / f"{name}.stderr").read_text()} for name in scenarios}
 
 
-def resume_and_compare(straight, run_dir: Path) -> None:
-    train(straight["cfg"](run_dir))  # the same command again
-    assert curve(run_dir) == straight["curve"]
-    assert checkpoint.latest_checkpoint(run_dir).name == checkpoint.checkpoint_name(STEPS)
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Kills
 
@@ -358,7 +352,7 @@ def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_latest_and_loa
     latest = checkpoint.latest_checkpoint(tmp_path)
     assert latest.name == "step_00000100"  # keep_last=1 did not delete it: the new one never landed
     assert torch.equal(logits_of(load_model(latest)), expected)
-    assert checkpoint.load_checkpoint(latest, optimizer=torch.optim.AdamW(tiny_model().parameters()))["step"] == 100
+    assert checkpoint.load_checkpoint(latest)["step"] == 100 and checkpoint.read_optimizer_state(latest)["state"]
     assert [p.name for p in tmp_path.iterdir()] == ["step_00000100"]  # the temp dir was cleaned up
 
 

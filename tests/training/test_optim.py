@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from t2t.errors import T2TError
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler, learning_rate_factor
 
 
@@ -63,3 +64,9 @@ def test_scheduler_drives_the_optimizer_learning_rate():
         optimizer.step()
         scheduler.step()
     assert lrs == pytest.approx([0.05, 0.1, 0.05, 0.0])
+
+
+@pytest.mark.parametrize("rate", [math.inf, math.nan, -1.0])
+def test_a_learning_rate_that_is_not_a_finite_positive_number_is_refused(rate):
+    with pytest.raises(T2TError, match=r"setting learning_rate must be (a finite number )?> 0"):
+        OptimizerConfig(learning_rate=rate)

@@ -19,6 +19,7 @@ from t2t.data.sources import InMemorySource
 from t2t.training.progress import ProgressBar
 from t2t.data.task import TASKS, Task, register_task
 from t2t.testing import tiny_vocabulary
+from t2t.training import train as train_module
 from t2t.training.train import TrainConfig, train
 
 pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
@@ -63,12 +64,13 @@ def copy_task(tmp_path, monkeypatch):
     TASKS.unregister(TASK)
 
 
-def settings(copy_task, out, **changes) -> TrainConfig:
+def settings(copy_task, out, optimizer: dict | None = None, **changes) -> TrainConfig:
     base = dict(mixture=TASK, model=copy_task["model"], modules=[copy_task["module"]], output_dir=str(out),
                 train_steps=6, batch_size=4, input_length=16, target_length=16, pack=False, log_every=1,
                 save_every=3, seed=1)
     base.update(changes)
-    return config.from_dict(TrainConfig, {**base, "optimizer": {"name": "adamw", "learning_rate": 1e-2}})
+    optimizer = {"name": "adamw", "learning_rate": 1e-2, **(optimizer or {})}
+    return config.from_dict(TrainConfig, {**base, "optimizer": optimizer})
 
 
 def losses(records):
@@ -106,6 +108,52 @@ def test_resume_continues_exactly(copy_task, tmp_path):
     resumed = train(settings(copy_task, tmp_path / "resumed"))  # same command, more steps: resumes at 3
     assert losses(stopped) == losses(straight)[:3]
     assert losses(resumed) == losses(straight)  # metrics.jsonl reads like a run that never stopped
+
+
+def curve(records) -> list[tuple]:
+    return [(r["step"], r["loss"], r["learning_rate"]) for r in records]
+
+
+@pytest.mark.parametrize("schedule", [dict(schedule="rsqrt", warmup_steps=2, rsqrt_offset=1),
+                                      dict(schedule="linear", warmup_steps=2), dict(schedule="cosine")],
+                         ids=["warmup-rsqrt", "linear", "cosine"])
+def test_resume_under_a_schedule_gives_the_uninterrupted_losses_and_rates(copy_task, tmp_path, monkeypatch,
+                                                                          schedule):
+    """Stopped after the checkpoint at step 3 (a crash entering step 5) and run again: the schedule's state
+    comes back with the checkpoint, so every step's rate (and so its loss) is the uninterrupted run's."""
+    straight = train(settings(copy_task, tmp_path / "straight", optimizer=schedule))
+    rates = [r["learning_rate"] for r in straight]
+    assert len(set(rates[2:5])) == 3  # the rate changes on every step around the resume: a restart would show
+    real_step = train_module.train_step
+
+    def crash_entering_step_5(*args):
+        if args[-1] == 4:
+            raise KeyboardInterrupt
+        return real_step(*args)
+    monkeypatch.setattr(train_module, "train_step", crash_entering_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        train(settings(copy_task, tmp_path / "resumed", optimizer=schedule))
+    monkeypatch.undo()
+    resumed = train(settings(copy_task, tmp_path / "resumed", optimizer=schedule))
+    assert curve(resumed) == curve(straight)
+
+
+def test_a_diverging_run_stops_before_saving_with_the_step_and_the_last_good_checkpoint(copy_task, tmp_path):
+    """AdamW at rate 1e39 makes every weight infinite or NaN in one step: nothing is saved (a NaN checkpoint
+    would be the latest, and every resume would fail), and the sentence names the step and what to resume
+    from; an fp32 run is not told to use fp32."""
+    run = tmp_path / "run"
+    with pytest.raises(T2TError) as e:
+        train(settings(copy_task, run, train_steps=1, optimizer={"learning_rate": 1e39}))
+    assert str(e.value) == ("training diverged at step 1: the weights became NaN or infinite, so nothing of it was "
+                            "saved; no checkpoint was saved; lower optimizer.learning_rate (now 1e+39).")
+    assert checkpoint.list_checkpoints(run) == []
+    train(settings(copy_task, run, train_steps=3))
+    with pytest.raises(T2TError, match=rf"diverged at step 4: .* the last good checkpoint is {run / 'step_00000003'} "
+                                       r"\(to resume from it with a lower rate, pass --allow-changed-settings\)") as e:
+        train(settings(copy_task, run, optimizer={"learning_rate": 1e39}), allow_changed_settings=True)
+    assert "fp32" not in str(e.value)
+    assert [p.name for p in checkpoint.list_checkpoints(run)] == ["step_00000003"]
 
 
 def test_bf16_trains_on_the_cpu_close_to_fp32(copy_task, tmp_path):
@@ -198,3 +246,15 @@ def test_model_fields_must_match_the_init_from_weights(copy_task, tmp_path):
     with pytest.raises(T2TError, match=r"model\.num_layers = 1 differs from the model loaded from"):
         train(settings(copy_task, tmp_path / "ft", init_from=str(run), model={"num_layers": 1}))
     train(settings(copy_task, tmp_path / "ok", init_from=str(run), model={"num_layers": 2}, train_steps=1))
+
+
+def test_a_preset_that_differs_from_the_init_from_model_is_refused(copy_task, tmp_path):
+    """--init-from RUN --model t5-tiny: the run's weights fix the model, so the preset would be ignored."""
+    run = tmp_path / "run"
+    train(settings(copy_task, run, train_steps=1))
+    for model in ("t5-tiny", {"preset": "t5-tiny", "dropout_rate": 0.0}):
+        with pytest.raises(T2TError, match=rf"model t5-tiny differs from the model loaded from {run} \(d_ff 64, not "
+                                           r"\d+\); leave it out to train the loaded model"):
+            train(settings(copy_task, tmp_path / "ft", init_from=str(run), model=model))
+    train(settings(copy_task, tmp_path / "same", init_from=str(run), model=copy_task["model"], train_steps=1))
+    train(settings(copy_task, tmp_path / "none", init_from=str(run), model=None, train_steps=1))

@@ -1,6 +1,7 @@
 """Transfer methods (T5 §3.5.1): adapters, gradual unfreezing, freezing by name — what trains, and what not."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -88,11 +89,6 @@ def test_trained_only_checkpoint_is_small_loads_complete_and_resumes(copy_task):
     tokens = torch.randint(3, 500, (2, 7))
     slim_model, full_model = load_model(copy_task / "slim"), load_model(copy_task / "full")
     assert torch.equal(slim_model(tokens, tokens), full_model(tokens, tokens))
-    on_base = load_model(base)  # load_checkpoint fills a model holding the base with the rest
-    prepare_transfer(on_base, TransferConfig(adapter_dim=4), train_steps=4)
-    checkpoint.load_checkpoint(copy_task / "slim", model=on_base)
-    on_base.requires_grad_(True)  # as the loaded models: frozen weights would pick other CPU kernels
-    assert torch.equal(on_base(tokens, tokens), full_model(tokens, tokens))
 
 
 def test_a_resumed_trained_only_run_keeps_the_base_it_started_from(copy_task):
@@ -219,3 +215,40 @@ def test_a_chain_of_runs_records_its_lineage(copy_task):
         (str((copy_task / "middle").resolve()), 2, TASK), (str((copy_task / "base").resolve()), 2, TASK)]
     assert chain[0]["checkpoint"] == str((copy_task / "middle" / "step_00000002").resolve())
     assert read_lineage(copy_task / "base-moved") == []
+
+
+def test_gradual_unfreezing_logs_the_true_trainable_count_and_each_block_that_opens(copy_task, caplog):
+    caplog.set_level("INFO", logger="t2t.training")
+    run(copy_task, "gradual", steps=6, unfreeze="gradual", unfreeze_every=2)
+    lines = [r.getMessage() for r in caplog.records if "trainable parameters" in r.getMessage()]
+    model = tiny_model()
+    tensors = len(list(model.parameters()))
+    top = {n for n, _ in model.named_parameters()
+           if n.startswith(("encoder.blocks.2.", "decoder.blocks.1.", "shared.", "encoder.final", "decoder.final"))}
+    count = sum(p.numel() for n, p in model.named_parameters() if n in top)
+    total = sum(p.numel() for p in model.parameters())
+    assert lines[0] == (f"trainable parameters: {count:,} of {total:,} ({100 * count / total:.2f}%; "
+                        f"{len(top)} of {tensors} tensors)")
+    assert [line.split(";")[0] for line in lines[1:]] == [
+        "step 3: unfreezing decoder.blocks.0, encoder.blocks.1", "step 5: unfreezing encoder.blocks.0"]
+    assert lines[-1].endswith(f"trainable parameters: {total:,} of {total:,} (100.00%; {tensors} of {tensors} tensors)")
+
+
+def test_a_trained_only_base_names_the_checkpoint_loaded_while_the_parent_trains_on(copy_task, monkeypatch):
+    """The parent saves a newer checkpoint while the child loads it (as a run still training does): the
+    child's base.json and lineage.json name the checkpoint whose weights it loaded."""
+    from t2t.checkpoints.run import read_lineage
+    from t2t.training import train as train_module
+    run(copy_task, "base", steps=2)
+    loaded, real_load = [], train_module.load_model
+
+    def load_then_parent_saves(path, **kwargs):
+        loaded.append(str(path))
+        model = real_load(path, **kwargs)
+        shutil.copytree(copy_task / "base" / "step_00000002", copy_task / "base" / "step_00000004")
+        return model
+    monkeypatch.setattr(train_module, "load_model", load_then_parent_saves)
+    run(copy_task, "slim", steps=2, init_from=str(copy_task / "base"), adapter_dim=4, save_trained_only=True)
+    pinned = str((copy_task / "base" / "step_00000002").resolve())
+    assert json.loads((checkpoint.latest_checkpoint(copy_task / "slim") / "base.json").read_text())["base"] == pinned
+    assert read_lineage(copy_task / "slim")[0]["checkpoint"] == pinned
