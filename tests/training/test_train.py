@@ -14,7 +14,7 @@ from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
 from t2t import config
 from t2t.errors import T2TError
-from t2t.models.t5 import resolve_model_config
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.data.sources import InMemorySource
 from t2t.training.progress import ProgressBar
 from t2t.data.task import TASKS, Task, register_task
@@ -227,8 +227,19 @@ def test_two_processes_match_one(copy_task, tmp_path, parallelism, grad_accum, s
     final_two = load_model(tmp_path / "two").state_dict()
     final_one = load_model(tmp_path / "one").state_dict()
     assert final_two.keys() == final_one.keys()
-    for key in final_one:  # AdamW divides by √v: rounding in a tiny gradient can move a weight by ~1e-4
-        torch.testing.assert_close(final_two[key], final_one[key], rtol=1e-3, atol=2e-4)
+    torch.manual_seed(1)  # the runs' seed: their initial weights
+    init = T5(ModelConfig(**TINY_MODEL)).state_dict()
+    norm = lambda weights: torch.cat([w.flatten() for w in weights.values()]).norm()
+    assert norm({k: final_one[k] - init[k] for k in init}) < 0.2 * norm(init)  # ``init`` is where the runs started
+    for key in final_one:
+        moved = (final_one[key] - init[key]).norm()
+        # Equal up to the rounding of the gradient all-reduce's summation order. AdamW divides by √v, so an
+        # element whose gradient is at the level of that rounding can step by up to lr either way (a fixed
+        # absolute tolerance is then a property of one CPU's kernels); such elements are few, so per tensor
+        # the runs differ by a small fraction of how far training moved the weights (≤ 0.3% seen), whatever
+        # the weights' scale, rate and step count; one process's gradients dropped or doubled makes that
+        # 35–100% (checked by hand).
+        assert (final_two[key] - final_one[key]).norm() <= 0.02 * moved, key
 
 
 def test_model_field_overrides_are_recorded_and_load_back(copy_task, tmp_path):
