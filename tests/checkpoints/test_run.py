@@ -465,32 +465,6 @@ def test_evaluating_one_checkpoint_writes_beside_the_run_not_inside_the_checkpoi
 
 
 
-@pytest.mark.parametrize("damage", ["delete", "rename"])
-def test_a_checkpoint_without_its_trainer_state_is_never_silently_restarted(setup, tmp_path, damage):
-    """Resuming would start behind the damaged checkpoint (here: from step 0), cut metrics.jsonl back and
-    save over it: one sentence naming the checkpoint and the way out instead, and nothing touched."""
-    train(settings(setup, tmp_path / "run"))
-    damaged = checkpoint.latest_checkpoint(tmp_path / "run")
-    state = damaged / "trainer_state.json"
-    state.unlink() if damage == "delete" else state.rename(damaged / "trainer_state.json.bak")
-    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
-    with pytest.raises(T2TError, match=f"checkpoint {damaged} is damaged \\(it has no trainer_state.json\\): "
-                                       f"training would restart from step 0 behind it.*move {damaged.name} out of "
-                                       f"{tmp_path / 'run'} to resume from step 0"):
-        train(settings(setup, tmp_path / "run", train_steps=4))
-    assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics
-    assert sorted(p.name for p in damaged.iterdir()) == sorted(
-        ["model.safetensors", "config.json", "optimizer.pt", "rng.pt", "train_config.yaml", "checksums.sha256"]
-        + ([] if damage == "delete" else ["trainer_state.json.bak"]))
-
-
-def test_a_damaged_checkpoint_names_the_older_one_to_resume_from(setup, tmp_path):
-    train(settings(setup, tmp_path / "run", train_steps=4))
-    (tmp_path / "run" / "step_00000004" / "trainer_state.json").unlink()
-    with pytest.raises(T2TError, match="step_00000004 is damaged.*restart from step_00000002 behind it"):
-        train(settings(setup, tmp_path / "run", train_steps=6))
-
-
 def test_a_schedule_that_decays_over_train_steps_refuses_a_new_train_steps(setup, tmp_path):
     def with_schedule(schedule, **changes):
         cfg = settings(setup, tmp_path / schedule, **changes)

@@ -318,6 +318,62 @@ def test_a_metrics_write_that_fails_leaves_no_partial_line(tmp_path):
     assert log.records() == [{"step": 1, "loss": 2.0}] and path.stat().st_size == size
 
 
+@pytest.mark.parametrize("damage", ["delete", "rename"])
+def test_a_checkpoint_without_its_trainer_state_is_never_silently_restarted(straight, tmp_path, damage):
+    """Resuming would start behind the damaged checkpoint (from step 0 here), cut metrics.jsonl back and save
+    over it: one sentence naming the checkpoint and the way out instead, and nothing touched."""
+    run_dir = tmp_path / "run"
+    train(straight["cfg"](run_dir, train_steps=SAVE_EVERY))
+    damaged = run_dir / checkpoint.checkpoint_name(SAVE_EVERY)
+    state = damaged / "trainer_state.json"
+    state.unlink() if damage == "delete" else state.rename(damaged / "trainer_state.json.bak")
+    before = {p.name: p.read_bytes() for p in [run_dir / "metrics.jsonl", *damaged.iterdir()]}
+    with pytest.raises(T2TError, match=f"checkpoint {damaged} is damaged \\(it has no trainer_state.json\\): "
+                                       f"training would restart from step 0 behind it, cut metrics.jsonl back and "
+                                       f"save over it; restore the missing file, or move {damaged.name} out of "
+                                       f"{run_dir} to resume from step 0"):
+        train(straight["cfg"](run_dir))
+    assert {p.name: p.read_bytes() for p in [run_dir / "metrics.jsonl", *damaged.iterdir()]} == before
+    (damaged / "trainer_state.json.bak").rename(state) if damage == "rename" else damaged.rename(tmp_path / "aside")
+    if damage == "rename":  # restored: the run continues exactly
+        resume_and_compare(straight, run_dir)
+
+
+def test_a_damaged_checkpoint_names_the_older_one_to_resume_from(straight, tmp_path):
+    run_dir = tmp_path / "run"
+    train(straight["cfg"](run_dir))
+    (run_dir / checkpoint.checkpoint_name(STEPS) / "trainer_state.json").unlink()
+    with pytest.raises(T2TError, match=f"{checkpoint.checkpoint_name(STEPS)} is damaged.*restart from "
+                                       f"{checkpoint.checkpoint_name(SAVE_EVERY)} behind it"):
+        train(straight["cfg"](run_dir, train_steps=STEPS + 1))
+    (run_dir / checkpoint.checkpoint_name(STEPS)).rename(tmp_path / "aside")  # following the advice
+    resume_and_compare(straight, run_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Divergence
+
+
+def test_a_diverging_run_stops_before_saving_with_the_step_and_the_last_good_checkpoint(straight, tmp_path):
+    """AdamW at rate 1e39 makes every weight infinite or NaN in one step: nothing is saved (a NaN checkpoint
+    would be the latest, and every resume would fail), and the sentence names the step and what to resume
+    from; an fp32 run is not told to use fp32."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(T2TError) as e:
+        train(straight["cfg"](run_dir, train_steps=1, optimizer={"learning_rate": 1e39}))
+    assert str(e.value) == ("training diverged at step 1: the weights became NaN or infinite, so nothing of it was "
+                            "saved; no checkpoint was saved; lower optimizer.learning_rate (now 1e+39).")
+    assert checkpoint.list_checkpoints(run_dir) == []
+    train(straight["cfg"](run_dir, train_steps=SAVE_EVERY))
+    good = run_dir / checkpoint.checkpoint_name(SAVE_EVERY)
+    with pytest.raises(T2TError, match=rf"diverged at step {SAVE_EVERY + 1}: .* the last good checkpoint is {good} "
+                                       r"\(to resume from it with a lower rate, pass --allow-changed-settings\)") as e:
+        train(straight["cfg"](run_dir, optimizer={"learning_rate": 1e39}), allow_changed_settings=True)
+    assert "fp32" not in str(e.value)
+    assert checkpoint.list_checkpoints(run_dir) == [good]
+    resume_and_compare(straight, run_dir)  # the run's own rate again: the uninterrupted curve
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Full disk, file-size limit, unusable output dir
 
