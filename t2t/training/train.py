@@ -1,6 +1,6 @@
 """The training recipe: one teacher-forced cross-entropy loss for every task (T5 §2.4, §3.1.2).
 
-Read top to bottom: settings, set-up (model, optimizer, data, resume), the loop, and the step. Running
+Read top to bottom: settings, the recipe (train_in_output_dir) and its named steps, the loop, the step. Running
 the same command again in the same output folder resumes from the latest checkpoint and continues
 exactly: the data stream, the optimizer, the schedule and the dropout masks (seeded by step) all pick up
 where they stopped.
