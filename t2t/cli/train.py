@@ -14,7 +14,7 @@ from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
 from t2t.models import distributed
 from t2t.models.t5 import resolve_model_config
-from t2t.training.train import TrainConfig, train
+from t2t.training.train import DEFAULT_MODEL, TrainConfig, train
 
 EXAMPLES = """\
   t2t-train --task rte --model t5-small --init-from google-t5/t5-small --config finetune --output-dir runs/rte
@@ -91,10 +91,11 @@ def resolved(cfg: TrainConfig) -> dict:
     vocab = load_vocabulary(cfg.vocab, data_dir=data_dir)
     out = config.to_dict(cfg)
     out.update(vocab=str(vocab.path), data_dir=str(data_dir) if data_dir else None)
-    model = config.to_dict(resolve_model_config(cfg.model))
+    setting = cfg.model or DEFAULT_MODEL
+    model = config.to_dict(resolve_model_config(setting))
     if not cfg.init_from:
-        if not (isinstance(cfg.model, dict) and "vocab_size" in cfg.model):
+        if not (isinstance(setting, dict) and "vocab_size" in setting):
             model["vocab_size"] = embedding_rows(vocab.vocab_size)
-        preset = cfg.model if isinstance(cfg.model, str) else cfg.model.get(config.PRESET)
+        preset = setting if isinstance(setting, str) else setting.get(config.PRESET)
         out["model"] = {config.PRESET: preset, **model} if preset else model
     return out

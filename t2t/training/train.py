@@ -353,8 +353,8 @@ def check_model_settings(setting: str | dict | None, loaded: ModelConfig, source
         return
     named = isinstance(setting, str) or config.PRESET in setting
     fields = {} if isinstance(setting, str) else {k: v for k, v in setting.items() if k != config.PRESET}
-    given = config.to_dict(resolve_model_config(setting) if named else config.from_dict(ModelConfig, fields, "model"))
-    have = config.to_dict(loaded)
+    given = effective(resolve_model_config(setting) if named else config.from_dict(ModelConfig, fields, "model"))
+    have = effective(loaded)
     compared = [k for k in have if k not in run_lib.DERIVED_MODEL_FIELDS] if named else []
     differ = sorted({k for k in [*compared, *fields] if given[k] != have[k]})
     if not differ:
@@ -365,6 +365,11 @@ def check_model_settings(setting: str | dict | None, loaded: ModelConfig, source
     raise T2TError(f"{what} differs from the model loaded from {source} ({key} {have[key]!r}, not "
                    f"{given[key]!r}); leave it out to train the loaded model, or leave out --init-from to train "
                    f"from scratch.")
+
+
+def effective(model_cfg: ModelConfig) -> dict:
+    """A model config's fields as the network uses them (num_decoder_layers None means num_layers)."""
+    return {**config.to_dict(model_cfg), "num_decoder_layers": model_cfg.decoder_layers}
 
 
 def load_optimizer_state(run, cfg: TrainConfig, objective, optimizer, latest: Path) -> None:

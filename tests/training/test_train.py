@@ -249,4 +249,6 @@ def test_a_preset_that_differs_from_the_init_from_model_is_refused(copy_task, tm
                                            r"\d+\); leave it out to train the loaded model"):
             train(settings(copy_task, tmp_path / "ft", init_from=str(run), model=model))
     train(settings(copy_task, tmp_path / "same", init_from=str(run), model=copy_task["model"], train_steps=1))
+    same = {"preset": copy_task["model"], "num_decoder_layers": 2}  # as Hugging Face configs spell the default
+    train(settings(copy_task, tmp_path / "spelt", init_from=str(run), model=same, train_steps=1))
     train(settings(copy_task, tmp_path / "none", init_from=str(run), model=None, train_steps=1))
