@@ -351,7 +351,7 @@ def resumable_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     latest = checkpoint.latest_checkpoint(run_dir)
     floor = -1 if latest is None else checkpoint.checkpoint_step(latest)
     for path in sorted(run_dir.glob("step_*")) if run_dir.is_dir() else []:
-        step = checkpoint.checkpoint_step(path)
+        step = checkpoint.named_step(path)  # the name's: a damaged folder may have no trainer state to ask
         missing = [name for name in checkpoint.REQUIRED_FILES if not (path / name).is_file()]
         if path.is_dir() and step is not None and step > floor and missing:
             behind = latest.name if latest is not None else "step 0"

@@ -516,7 +516,7 @@ def test_killing_the_study_ends_its_training_child(straight, tmp_path):
     folder, out = straight["folder"], tmp_path / "study"
     train_args = (f"--model {folder / 'tiny.yaml'} --module {folder / 'copy_task.py'} --batch-size 2 "
                   "--set input_length=16 --set target_length=8 --set pack=false --save-every 100000")
-    code = ("import sys; from t2t.cli.main import study_main; sys.exit(study_main(sys.argv[1:]))")
+    code = ("import sys; from t2t.cli import study_main; sys.exit(study_main(sys.argv[1:]))")
     env = {**os.environ, "T2T_VOCAB": str(tiny_vocabulary().path)}
     study = subprocess.Popen([sys.executable, "-c", code, "--targets", TASK, "--target-steps", "1000000",
                               "--output-dir", str(out), "--train-args", train_args], env=env,
