@@ -144,6 +144,19 @@ def test_every_wsc_and_wnli_row_fits_the_simple_form(data_dir):
         assert all(e["inputs"].startswith("wsc: ") and e["inputs"].count("*") == 2 for e in examples), task
 
 
+
+@pytest.mark.parametrize("empty", ["", "the", " The  "])
+def test_empty_wsc_predictions_score_nothing_on_the_real_rows(empty, data_dir):
+    """T5's wsc_simple returns -1 for an empty prediction: all-empty decodes of WSC validation score 0, not
+    the share of label-0 rows (66 of 104, 63.46%)."""
+    task = get_task("wsc")
+    examples = [{**e, "targets_pretokenized": e["targets"]} for e in task.text_examples("validation", data_dir)]
+    targets = [task.postprocess(e["targets"], e, is_target=True) for e in examples]
+    assert len(examples) == 104 and targets.count(0) == 66
+    predictions = [task.postprocess(empty, e) for e in examples]
+    assert set(predictions) == {-1}
+    assert metrics.accuracy(targets, predictions) == {"accuracy": 0.0}
+
 # ---------------------------------------------------------------------------------------------- fixtures
 # Rows in the hub's format for what is not on disk (ReCoRD, BoolQ train, DPR), written here.
 
