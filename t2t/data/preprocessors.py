@@ -89,11 +89,13 @@ def record(example: Mapping) -> list[dict]:
 
     The passage's ``@highlight`` lines (CNN/Daily Mail bullet points) become sentences: after end punctuation
     or a quote the marker becomes a space, elsewhere ``". "``. ``answers`` and ``idx`` (passage, query) stay
-    for evaluation, where the copies of one query are scored once (``deduplicate_metric``).
+    for evaluation, where the copies of one query are scored once (``deduplicate_metric``). The entities are
+    listed as TFDS's ``super_glue/record`` gives them to t5, a sorted set of their texts, so the input does not
+    depend on the order (or repeats) of the source's list.
     """
     passage = re.sub(r"([.?!\"'])\n@highlight\n", r"\1 ", example["passage"])
     passage = passage.replace("\n@highlight\n", ". ")
-    inputs = " ".join(["record query:", example["query"], "entities:", ", ".join(example["entities"]),
+    inputs = " ".join(["record query:", example["query"], "entities:", ", ".join(sorted(set(example["entities"]))),
                        "passage:", passage])
     answers = list(example["answers"])
     return [{"inputs": inputs, "targets": answer, "answers": answers, "idx": example["idx"]}

@@ -183,6 +183,15 @@ def test_record_gives_one_example_per_answer():
     assert got == [(first, "Oslo"), (first, "Rain"), (second, "<unk>")]
 
 
+def test_record_entities_are_a_sorted_set_whatever_the_source_order():
+    """TFDS gives t5 ReCoRD's entities as sorted(set(...)); a source listing them in passage order, with
+    repeats, gives the same input string."""
+    shuffled = [{**RECORD_ROWS[0], "entities": ["Rain", "Oslo", "Monday", "Oslo"]}]
+    inputs = {e["inputs"] for e in _fixture_task("record", shuffled).text_examples("validation")}
+    assert inputs == {"record query: @placeholder closed its schools. entities: Monday, Oslo, Rain passage: Rain "
+                      "hit Oslo on Monday. Oslo flooded. Trains stopped"}
+
+
 def test_record_training_stream_draws_each_answer_once_per_epoch():
     from t2t.data.pipeline import build_train_batches
     from t2t.testing import tiny_vocabulary
