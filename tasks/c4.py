@@ -7,7 +7,9 @@ TFDS's ``c4/en:2.2.0`` that T5 used and ``allenai/c4``'s ``en`` are the same 364
 documents. The preprocessing is t5's: ``rekey(inputs=None, targets="text")``, tokenize, concatenate the
 documents in groups of 128 (``reduce_concat_tokens(batch_size=128)``; streaming cannot concatenate a whole
 split) and cut them into ``random_spans_helper(input_length, 0.15, 3.0)[0]`` tokens (568 for 512), then span
-corruption per draw: inputs 512 and targets 114 tokens including EOS.
+corruption per draw: inputs 512 and targets 114 tokens including EOS. The prefix LM task cuts each document
+on its own instead (t5's ``prefix_lm``: ``split_tokens_to_inputs_length`` with no concatenation), so no example
+spans two documents.
 
 ``c4_v020_unsupervised`` is the unsupervised member of the paper's multi-task mixtures (``t2t.mixtures.multitask``):
 the same streamed C4 under the paper's baseline objective (§3.1.4, i.i.d. noise with each run of corrupted

@@ -11,6 +11,8 @@
 4. tokenizes it as ``targets`` (``inputs`` empty, t5's ``rekey``), concatenates the whole split and cuts it
    into chunks of ``tokens_length_for(objective, input_length)`` tokens -- 568 for span corruption at 512
    (``concat_and_split``; cached with the tokens by the pipeline, so later epochs do not tokenize again);
+   prefix LM and deshuffling cut each paragraph (unit) on its own instead, as t5 does, so that no example
+   spans two;
 5. applies the objective to every chunk on every draw (``denoise``), so each epoch sees fresh noise.
 
 Which files are read: names ending in one of ``suffixes`` (default ``.txt`` and ``.raw``, the raw WikiText
@@ -143,9 +145,13 @@ class TextFolderSource(Source):
 def unsupervised_task(name: str, source: Source, objective: objectives.Objective = objectives.span_corruption,
                       *, docs_per_group: int | None = None, description: str = "", **objective_options) -> Task:
     """A Task that turns ``source``'s ``{"text": ...}`` examples into ``objective`` training examples
-    (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective)."""
+    (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective). The objectives of
+    ``objectives.PER_DOCUMENT_OBJECTIVES`` (prefix LM, deshuffling) split each document on its own, as t5
+    does: ``docs_per_group`` is 1 for them."""
     if not callable(objective):
         raise T2TError(f"objective must be a function like t2t.data.objectives.span_corruption, got {objective!r}.")
+    if objective in objectives.PER_DOCUMENT_OBJECTIVES:
+        docs_per_group = 1
     # the full LM has no inputs (t5's c4_v220_full_lm has only "targets"): not even an EOS precedes the text
     features = ({"inputs": Feature(add_eos=False, required=False), "targets": Feature()}
                 if objective is objectives.full_lm else default_output_features())

@@ -332,6 +332,11 @@ OBJECTIVES: dict[str, Objective] = {
     "prefix_lm": prefix_lm,
 }
 
+# Objectives t5 applies to each document on its own: its ``prefix_lm`` preprocessor and the paper's
+# prefix_lm.gin / all_permute.gin run ``split_tokens`` without ``reduce_concat_tokens``, so no example
+# spans two documents (span corruption and the other denoising objectives concatenate documents first).
+PER_DOCUMENT_OBJECTIVES: tuple[Objective, ...] = (prefix_lm, deshuffling)
+
 
 def tokens_length_for(objective: Objective, inputs_length: int, noise_density: float = 0.15,
                       mean_noise_span_length: float = 3.0, **unused_options) -> int:

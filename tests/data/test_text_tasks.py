@@ -133,10 +133,31 @@ def test_objective_variants_over_a_folder(folder, objective):
     task = text_files_task("tmp_variant", folder, objective, register=False)
     sequence_length = {"inputs": 24, "targets": 24}
     pieces = chunks(task, vocab, sequence_length)
-    assert all(p["targets"].size == 23 for p in pieces[:-1])  # inputs_length - 1, room for EOS
+    assert all(p["targets"].size <= 23 for p in pieces) and max(p["targets"].size for p in pieces) == 23
     out = draw(task, pieces[0], vocab, sequence_length, 0)
     assert out["inputs"][-1] == EOS and out["targets"][-1] == EOS
     assert out["inputs"].size <= 24
+
+
+@pytest.mark.parametrize("name", ["corpus_prefix_lm", "corpus_deshuffling", "c4_v220_prefix_lm",
+                                  "corpus_span_corruption"])
+def test_prefix_lm_and_deshuffling_split_each_document_on_its_own(folder, name):
+    """t5's prefix_lm and the paper's prefix_lm.gin / all_permute.gin cut each document into windows of
+    input_length - 1 tokens without concatenating documents, so no example spans two; span corruption
+    concatenates (reduce_concat_tokens) and its windows cross document boundaries."""
+    import dataclasses
+
+    vocab = tiny_vocabulary()
+    task = dataclasses.replace(get_task(name), source=TextFolderSource(folder))
+    sequence_length = {"inputs": 8, "targets": 8}
+    documents = [vocab.encode(e["text"]) for e in TextFolderSource(folder).load("train")]
+    pieces = [p["targets"].tolist() for p in chunks(task, vocab, sequence_length)]
+    size = ob.random_spans_helper(8, .15, 3.)[0] if name == "corpus_span_corruption" else 7
+    per_document = [doc[i:i + size] for doc in documents for i in range(0, len(doc), size)]
+    if name == "corpus_span_corruption":
+        assert pieces != per_document and sum(pieces, []) == sum(documents, [])
+    else:
+        assert pieces == per_document and len(pieces) > len(documents)
 
 
 def test_registered_corpus_tasks():
