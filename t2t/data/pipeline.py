@@ -199,18 +199,25 @@ class TrainBatches:
         rates: dict[str, float] = {}
         missing: list[tuple[str, str]] = []
         present: list[Task] = []
+        no_split: list[str] = []
         for member, rate in members:  # first find what is missing, before tokenizing anything
             task = item if isinstance(item, Task) else get_task(member)
             try:
                 value = rate_value(rate, task, data_dir)
                 if value <= 0:
                     continue  # evaluation-only member (e.g. MNLI matched/mismatched in GLUE)
+                if isinstance(item, Mixture) and task.splits and self.split not in task.splits:
+                    no_split.append(task.name)  # seqio skips a member without the split, with a warning
+                    continue
                 task.check_split(self.split)
                 iter(task.source.load(self.split, data_dir))  # opens the data (local check or hub load)
                 present.append(task)
                 rates[task.name] = value
             except DataNotFoundError as e:
                 missing.append((task.name, str(e)))
+        if no_split:
+            log.warning("%s: leaving out %s: no %s split (evaluation-only tasks)", item.name, ", ".join(no_split),
+                        self.split)
         if missing and skip_unavailable:
             for task_name, reason in missing:
                 log.warning("skipping %s of %s: its %s data is unavailable (%s)", task_name, item.name, self.split,

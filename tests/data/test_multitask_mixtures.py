@@ -1,10 +1,18 @@
 """The paper's multi-task mixtures, member for member and rate for rate against t5/data/mixtures.py."""
 
+import contextlib
+import dataclasses
+import logging
+
 import pytest
 
+from t2t.data.pipeline import build_train_batches
+from t2t.data.sources import InMemorySource
+from t2t.data.task import TASKS, default_output_features
 from t2t.mixtures.glue import GLUE_WEIGHT_MAPPING
 from t2t.mixtures.superglue import SUPER_GLUE_WEIGHT_MAPPING
 from t2t.data.task import get_mixture, get_task, rate_value
+from t2t.testing import tiny_vocabulary
 
 SUPERVISED = (list(GLUE_WEIGHT_MAPPING) + list(SUPER_GLUE_WEIGHT_MAPPING)
               + ["cnn_dailymail_v002", "squad_v010_allanswers", "wmt_t2t_ende_v003", "wmt15_enfr_v003",
@@ -57,3 +65,46 @@ def test_limit_and_temperature_of_section_3_5_2():
     assert rate_of("all_proportional", "glue_cola_v002", maximum=2 ** 16) == 8551
     assert rate_of("all_proportional", "glue_cola_v002", maximum=2 ** 16, temperature=2) == pytest.approx(8551 ** 0.5)
     assert rate_of("all_mix", "c4_v020_unsupervised", maximum=2 ** 16, temperature=2) == 1e6  # a fixed rate stays
+
+
+@contextlib.contextmanager
+def stand_ins(names):
+    """Each named task replaced (for the block) by an in-memory task with the same splits: two rows a split,
+    already text, so a whole mixture trains without its data."""
+    saved = {n: (TASKS.get(n), [a for a, t in TASKS.aliases().items() if t == n]) for n in names}
+    for name, (task, _) in saved.items():
+        rows = [{"inputs": f"{name} {i}", "targets": "yes"} for i in range(2)]
+        TASKS.unregister(name)
+        TASKS.register(name, dataclasses.replace(
+            task, source=InMemorySource({split: rows for split in task.splits}), preprocessors=(),
+            tokenized_preprocessors=(), token_preprocessors=(), output_features=default_output_features()))
+    try:
+        yield
+    finally:
+        for name, (task, aliases) in saved.items():
+            TASKS.unregister(name)
+            TASKS.register(name, task)
+            for alias in aliases:
+                TASKS.alias(alias, name)
+
+
+NO_TRAIN_SPLIT = {"glue_mnli_mismatched_v002", "glue_mnli_matched_v002", "glue_ax_v002",
+                  "super_glue_wsc_v102_simple_eval", "super_glue_axb_v102", "super_glue_axg_v102"}
+
+
+@pytest.mark.parametrize("mixture", ["all_equal", "glue_mnli_and_dev_v002"])
+def test_members_without_a_train_split_are_left_out_with_a_warning(mixture, caplog):
+    """As seqio: a member with no train split (MNLI matched/mismatched, AX, WSC eval, AX-b, AX-g) is not
+    sampled, and one warning names them; the rest train (it raised "has no split 'train'")."""
+    names = get_mixture(mixture).task_names
+    with stand_ins(names), caplog.at_level(logging.WARNING, logger="t2t.data.pipeline"):
+        batches = build_train_batches(mixture, vocab=tiny_vocabulary(), batch_size=4, input_length=64,
+                                      target_length=4, pack=False)
+        drawn = {tuple(e["inputs"][:-1]) for e in batches.next_examples(400)}
+    vocab = tiny_vocabulary()
+    seen = {name for name in names if {tuple(vocab.encode(f"{name} {i}")) for i in range(2)} & drawn}
+    left_out = NO_TRAIN_SPLIT & set(names)
+    assert left_out and set(batches.rates) == set(names) - left_out
+    assert seen == set(names) - left_out
+    warning = next(r.getMessage() for r in caplog.records if "no train split" in r.getMessage())
+    assert all(name in warning for name in left_out)
