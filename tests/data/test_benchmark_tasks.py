@@ -9,6 +9,7 @@ import pytest
 from t2t.data.preprocessors import pad_punctuation, qa
 from t2t.data.sources import DataNotFoundError, HFDataset, LocalOrHub
 from t2t.data.task import get_task
+from t2t.errors import T2TError
 
 SUPER_BOWL_CONTEXT = (
     "Super Bowl 50 was an American football game to determine the champion of the National Football League "
@@ -152,7 +153,7 @@ def test_misaligned_test_set_is_one_clear_error(tmp_path):
     folder.mkdir(parents=True)
     (folder / "newstest2016-enro.en").write_text("one\ntwo\n")
     (folder / "newstest2016-enro.ro").write_text("unu\n")
-    with pytest.raises(Exception, match="must be aligned"):
+    with pytest.raises(T2TError, match="must be aligned"):
         list(get_task("wmt_enro").text_examples("test", tmp_path))
 
 

@@ -37,6 +37,9 @@ T5_SPAN_LENGTHS = [
     ((512, 0.25, 10.0), (660, 182)),
     ((512, 0.5, 3.0), (766, 512)),    # density 0.5: t5 shaves a token so the targets length is the round 512
     ((256, 0.5, 1.0), (254, 256)),    # ... and here even below the inputs length
+    # where t5's int(round(...)) differs from truncation: int(...) would give (71, 13) and (137, 31)
+    ((64, 0.15, 5.0), (72, 14)),      # 72 * 0.15 = 10.8 noise tokens → 11 (truncated: 10)
+    ((128, 0.15, 2.0), (138, 32)),    # 138 * 0.15 = 20.7 → 21 noise tokens, 21 / 2 = 10.5 → 10 spans
 ]
 
 

@@ -1,5 +1,6 @@
 """Task/Mixture dataclasses, the registries, load_modules, task.examples, and the docs' custom task."""
 
+import dataclasses
 import functools
 import json
 import re
@@ -23,7 +24,7 @@ ROWS = [{"inputs": "the first question", "targets": "yes"}, {"inputs": "a second
 def test_task_is_frozen_and_normalises_lists():
     task = in_memory_task("t", {"train": ROWS}, preprocessors=[lambda ex: ex])
     assert isinstance(task.preprocessors, tuple)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         task.name = "other"
     with pytest.raises(T2TError, match="must hold functions"):
         Task("bad", InMemorySource({"train": ROWS}), preprocessors=["not a function"])

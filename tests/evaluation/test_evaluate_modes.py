@@ -13,6 +13,7 @@ from t2t.evaluation.evaluate import DecodingConfig, evaluate_task, trim_inputs
 from t2t.evaluation.metrics import accuracy
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.data.preprocessors import string_label_to_class_id
+from t2t.errors import T2TError
 from t2t.testing import in_memory_task, tiny_vocabulary
 
 LABELS = ("yes", "no", "maybe so")
@@ -72,7 +73,7 @@ def test_rank_classification_with_choices_per_example():
 def test_a_task_without_choices_cannot_be_ranked():
     vocab = tiny_vocabulary()
     task = in_memory_task("free_text", {"validation": ROWS}, metric_fns=[accuracy])
-    with pytest.raises(Exception, match="no label strings to rank"):
+    with pytest.raises(T2TError, match="no label strings to rank"):
         evaluate_task(tiny_model(vocab), task, vocab, "validation", rank_classification=True)
 
 

@@ -1,5 +1,6 @@
 """Metric functions against the libraries t5 computes them with, plus hand-checked edge cases."""
 
+import math
 import subprocess
 import sys
 
@@ -111,20 +112,27 @@ def test_mean_multiclass_f1_matches_sklearn():
     assert fn(targets, predictions)["mean_3class_f1"] == pytest.approx(100 * per_class.mean())
 
 
-def test_bleu_matches_sacrebleu_with_t5_settings():
-    expected = sacrebleu.corpus_bleu(
-        TRANSLATIONS,
-        [REFERENCES],
-        smooth_method="exp",
-        smooth_value=0.0,
-        force=False,
-        lowercase=False,
-        tokenize="intl",
-        use_effective_order=False,
-    ).score
-    assert metrics.bleu(REFERENCES, TRANSLATIONS) == {"bleu": pytest.approx(expected)}
-    assert 20 < expected < 100
+def test_bleu_matches_hand_counted_ngrams():
+    """Corpus BLEU from n-gram counts done by hand: the geometric mean of the four clipped precisions, summed
+    over the corpus (not averaged per sentence), times the brevity penalty exp(1 - r / c) when c < r."""
+    ref = "the cat sat on the mat"
+    # 7 tokens against 6: 6/7 unigrams, 5/6 bigrams, 4/5 trigrams, 3/4 4-grams match; no brevity penalty
+    assert metrics.bleu([ref], ["the cat sat on the mat today"])["bleu"] == pytest.approx(100 * (3 / 7) ** 0.25)
+    # 5 tokens against 6: every n-gram matches; brevity penalty exp(1 - 6/5)
+    assert metrics.bleu([ref], ["the cat sat on the"])["bleu"] == pytest.approx(100 * math.exp(-0.2))
+    # both at once: the counts add up (11/12, 9/10, 7/8, 5/6) and the lengths too (12 against 12)
+    both = metrics.bleu([ref, ref], ["the cat sat on the mat today", "the cat sat on the"])["bleu"]
+    assert both == pytest.approx(100 * (11 / 12 * 9 / 10 * 7 / 8 * 5 / 6) ** 0.25)
+    assert both == pytest.approx(88.0684167)
     assert metrics.bleu(REFERENCES, REFERENCES) == {"bleu": pytest.approx(100.0)}
+
+
+def test_bleu_matches_sacrebleus_bleu_class_with_t5_settings():
+    """The German corpus through sacrebleu's object API (``BLEU(tokenize="intl")``: exp smoothing and no
+    effective order are its defaults), not the ``corpus_bleu`` call t2t makes, and as a literal number."""
+    expected = sacrebleu.metrics.BLEU(tokenize="intl").corpus_score(TRANSLATIONS, [REFERENCES]).score
+    assert metrics.bleu(REFERENCES, TRANSLATIONS) == {"bleu": pytest.approx(expected)}
+    assert expected == pytest.approx(57.7914135)
 
 
 def test_bleu_multiple_references():
@@ -155,6 +163,21 @@ def test_rouge_matches_rouge_score_bootstrap():
     for key in keys:  # the bootstrap median is close to the plain mean of the per-example scores
         assert result[key] == pytest.approx(100 * np.mean([s[key].fmeasure for s in per_example]), abs=5)
     assert metrics.rouge(SUMMARIES, SUMMARY_PREDICTIONS) == result  # deterministic
+
+
+def test_rouge_matches_hand_counted_overlaps():
+    """One example (the bootstrap then has one value to resample): "the cat sat on the mat" against "the cat
+    sat on a mat" shares 5 of 6 unigrams, 3 of 5 bigrams and a longest common subsequence of 5 tokens."""
+    result = metrics.rouge(["the cat sat on the mat"], ["the cat sat on a mat"])
+    assert result == {"rouge1": pytest.approx(100 * 5 / 6), "rouge2": pytest.approx(100 * 3 / 5),
+                      "rougeLsum": pytest.approx(100 * 5 / 6)}
+
+
+def test_rouge_of_the_summaries_as_literal_numbers():
+    """The bootstrap medians of the three summaries (seed 0), written down."""
+    assert metrics.rouge(SUMMARIES, SUMMARY_PREDICTIONS) == {
+        "rouge1": pytest.approx(67.5939808), "rouge2": pytest.approx(35.5599647),
+        "rougeLsum": pytest.approx(61.5914265)}
 
 
 def test_rouge_lsum_uses_sentence_splitting():
