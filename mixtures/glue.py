@@ -6,11 +6,14 @@ task's training-set size as t5 writes it down (a constant, so listing the mixtur
 WNLI is left out, as t5 does ("we train on WSC/DPR simple instead"); the MNLI matched/mismatched evaluation
 tasks and the AX diagnostic are members with rate 0, as in t5, so the mixture's evaluation covers them but
 they are never sampled for training. t5's QQP weight is 363,849 (the HF/TFDS train split has 363,846 rows);
-we keep t5's number.
+we keep t5's number. Each positive rate is ``rate_num_examples(num_examples=size)``: the same number, and
+§3.5.2's limit K and temperature T (``mixing_maximum``, ``mixing_temperature``) apply to it, since the
+mixture is examples-proportional.
 """
 
 from __future__ import annotations
 
+from t2t.data.mixing import proportional_rates
 from t2t.data.task import Mixture, register_mixture
 
 GLUE_WEIGHT_MAPPING = {
@@ -27,4 +30,4 @@ GLUE_WEIGHT_MAPPING = {
     "glue_ax_v002": 0.0,
 }
 
-register_mixture(Mixture("glue_v002_proportional", list(GLUE_WEIGHT_MAPPING.items())), aliases=("glue_v002",))
+register_mixture(Mixture("glue_v002_proportional", proportional_rates(GLUE_WEIGHT_MAPPING)), aliases=("glue_v002",))

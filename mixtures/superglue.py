@@ -5,10 +5,12 @@ each rate is the number t5 writes down (constants, so listing the mixture needs 
 MultiRC counted in answers (27,243), ReCoRD in answers (138,854, one example each), WSC in rows whose candidate
 is the referent (259), with DPR (1,322) standing in for WNLI. The WSC evaluation task and the AX-b/AX-g
 diagnostics are members with rate 0, so the mixture's evaluation covers them but they are never sampled.
+Each positive rate is ``rate_num_examples(num_examples=size)``, so §3.5.2's K and T apply (as for GLUE).
 """
 
 from __future__ import annotations
 
+from t2t.data.mixing import proportional_rates
 from t2t.data.task import Mixture, register_mixture
 
 SUPER_GLUE_WEIGHT_MAPPING = {
@@ -26,5 +28,5 @@ SUPER_GLUE_WEIGHT_MAPPING = {
     "super_glue_axg_v102": 0.0,
 }
 
-register_mixture(Mixture("super_glue_v102_proportional", list(SUPER_GLUE_WEIGHT_MAPPING.items())),
+register_mixture(Mixture("super_glue_v102_proportional", proportional_rates(SUPER_GLUE_WEIGHT_MAPPING)),
                  aliases=("super_glue_v102",))

@@ -63,15 +63,26 @@ def rate_num_examples(maximum: float | None = None, temperature: float = 1.0, sc
 def with_rate_options(rate, maximum: float | None = None, temperature: float | None = None):
     """``rate`` with the limit K and temperature T of §3.5.2 set (None keeps the rate's own), when it is an
     examples-proportional rate (``rate_num_examples``); any other rate (a number, ``rate_unsupervised``) as is."""
-    options = getattr(rate, "options", None)
-    if options is None or (maximum is None and temperature is None):
+    if not is_proportional(rate) or (maximum is None and temperature is None):
         return rate
-    changed = dict(options)
+    changed = dict(rate.options)
     if maximum is not None:
         changed["maximum"] = maximum
     if temperature is not None:
         changed["temperature"] = temperature
     return rate_num_examples(**changed)
+
+
+def proportional_rates(sizes: Mapping[str, float]) -> list[tuple[str, object]]:
+    """``(task, rate)`` pairs of an examples-proportional mixture whose sizes are written down (t5's GLUE and
+    SuperGLUE weight mappings): ``rate_num_examples(num_examples=size)``, so K and T apply; a size of 0 (an
+    evaluation-only member) stays the number 0."""
+    return [(name, rate_num_examples(num_examples=size) if size > 0 else 0.0) for name, size in sizes.items()]
+
+
+def is_proportional(rate) -> bool:
+    """Whether ``rate`` is examples-proportional (made by ``rate_num_examples``), so that K and T apply."""
+    return getattr(rate, "options", None) is not None
 
 
 def rate_unsupervised(value: float = 1e6):
@@ -175,9 +186,6 @@ def sampled_counts(rates: Mapping[str, float], n: int, seed: int = 0) -> dict[st
     return dict(sampler.counters)
 
 
-def expected_shares(rates: Mapping[str, float]) -> dict[str, float]:
-    return normalize_rates(rates)
-
-
-__all__: Sequence[str] = ("rate_num_examples", "with_rate_options", "rate_unsupervised", "rate_equal",
+__all__: Sequence[str] = ("rate_num_examples", "with_rate_options", "proportional_rates", "is_proportional",
+                          "rate_unsupervised", "rate_equal",
                           "normalize_rates", "MixtureSampler", "epoch_permutation", "draw_rng", "stable_hash")

@@ -186,7 +186,7 @@ class TrainBatches:
         self.converter = get_converter(architecture, int(input_length), int(target_length), pack=self.pack)
         item = get_task_or_mixture(name)
         self.name = item.name  # aliases resolved, so a state saved under "stsb" loads under "glue_stsb_v002"
-        self.mixing = (mixing_maximum, mixing_temperature)
+        self.mixing = check_mixing(item, mixing_maximum, mixing_temperature)
         self.streams, rates = self._open_members(item, vocab, data_dir, skip_unavailable)
         self.rates = rates
         self.sampler = MixtureSampler(rates, seed)
@@ -304,6 +304,20 @@ class TrainBatches:
             if stream.streaming:
                 stream.load_state_dict(state["streams"][name])
         self._peeked = None
+
+
+def check_mixing(item: Task | Mixture, maximum: float | None, temperature: float | None) -> tuple:
+    """``(maximum, temperature)`` once checked: each > 0 when set, and set only for a mixture with
+    examples-proportional rates, the only ones §3.5.2's limit K and temperature T change (t5 applies them
+    through ``rate_num_examples``); anywhere else they would be recorded and silently ignored."""
+    for key, value in (("mixing_maximum", maximum), ("mixing_temperature", temperature)):
+        if value is not None and not value > 0:
+            raise T2TError(f"{key} must be > 0, got {value!r}; give a positive number or leave it unset.")
+    if (maximum is not None or temperature is not None) and not (isinstance(item, Mixture) and item.proportional()):
+        what = "is a task, not a mixture" if isinstance(item, Task) else "has no examples-proportional rates"
+        raise T2TError(f"mixing_maximum and mixing_temperature apply to examples-proportional mixing rates "
+                       f"(§3.5.2) and {item.name!r} {what}; leave them unset or train a proportional mixture.")
+    return maximum, temperature
 
 
 def _upgrade_state(state) -> Mapping:

@@ -41,7 +41,7 @@ from t2t.errors import T2TError
 from t2t.registry import Registry, unknown_name_message
 from t2t.data.sources import DataNotFoundError
 from t2t.data.tokenized import eval_examples
-from t2t.data.mixing import with_rate_options
+from t2t.data.mixing import is_proportional, with_rate_options
 
 # The modules `t2t-train`, `t2t-eval`, `t2t-show` and `t2t-tasks` load before looking a name up.
 # Modules that are not installed (yet) are passed over; an error inside an existing module is raised.
@@ -314,6 +314,14 @@ class Mixture:
             for task_name, _ in inner.task_rates(maximum, temperature, _outer + (self.name,)):
                 parts.setdefault(task_name, []).append(_share_of(inner, task_name, rate, maximum, temperature))
         return [(name, rates[0] if len(rates) == 1 else _sum_of(rates)) for name, rates in parts.items()]
+
+    def proportional(self) -> bool:
+        """Whether any of its rates (member mixtures' included) is examples-proportional, so that §3.5.2's
+        limit K and temperature T (``task_rates``' ``maximum`` and ``temperature``) change something."""
+        _load_builtins_once()
+        return any(is_proportional(rate) or (name not in TASKS and name in MIXTURES
+                                             and MIXTURES.get(name).proportional())
+                   for name, rate in self.tasks)
 
     def rates(self, data_dir: str | os.PathLike | None = None, maximum: float | None = None,
               temperature: float | None = None) -> dict[str, float]:

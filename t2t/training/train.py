@@ -84,7 +84,7 @@ class TrainConfig:
     def __post_init__(self):
         config.check(self, positive=("train_steps", "batch_size", "grad_accum_steps", "input_length",
                                      "target_length", "log_every", "save_every", "eval_max_examples",
-                                     "eval_batch_size"),
+                                     "eval_batch_size", "mixing_maximum", "mixing_temperature"),
                      non_negative=("keep_checkpoints", "eval_every", "threads"), fraction=("dropout_rate",))
 
 

@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import logging
+import re
 
 import pytest
 
@@ -12,7 +13,9 @@ from t2t.data.task import TASKS, default_output_features
 from t2t.mixtures.glue import GLUE_WEIGHT_MAPPING
 from t2t.mixtures.superglue import SUPER_GLUE_WEIGHT_MAPPING
 from t2t.data.task import get_mixture, get_task, rate_value
+from t2t.errors import T2TError
 from t2t.testing import tiny_vocabulary
+from t2t.training.train import TrainConfig
 
 SUPERVISED = (list(GLUE_WEIGHT_MAPPING) + list(SUPER_GLUE_WEIGHT_MAPPING)
               + ["cnn_dailymail_v002", "squad_v010_allanswers", "wmt_t2t_ende_v003", "wmt15_enfr_v003",
@@ -108,3 +111,36 @@ def test_members_without_a_train_split_are_left_out_with_a_warning(mixture, capl
     assert seen == set(names) - left_out
     warning = next(r.getMessage() for r in caplog.records if "no train split" in r.getMessage())
     assert all(name in warning for name in left_out)
+
+
+@pytest.mark.parametrize("mixture", ["glue_v002", "super_glue_v102"])
+def test_limit_and_temperature_apply_to_glue_and_superglue(mixture):
+    """§3.5.2's K and T change the rates training draws with (they were ignored: identical losses)."""
+    names = get_mixture(mixture).task_names
+    with stand_ins(names):
+        plain, limited, tempered = (build_train_batches(mixture, vocab=tiny_vocabulary(), batch_size=4,
+                                                        input_length=64, target_length=4, pack=False, **options).rates
+                                    for options in ({}, {"mixing_maximum": 3000},
+                                                    {"mixing_maximum": 3000, "mixing_temperature": 2}))
+    written = {**GLUE_WEIGHT_MAPPING, **SUPER_GLUE_WEIGHT_MAPPING}
+    assert plain == {name: written[name] for name in plain} and max(plain.values()) > 3000
+    assert limited == {name: min(size, 3000) for name, size in plain.items()}
+    assert tempered == pytest.approx({name: min(size, 3000) ** 0.5 for name, size in plain.items()})
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("all_equal", {"mixing_temperature": 2.0}, "'all_equal' has no examples-proportional rates"),
+    ("glue_rte_v002", {"mixing_maximum": 100}, "'glue_rte_v002' is a task, not a mixture"),
+    ("glue_v002", {"mixing_temperature": 0}, "mixing_temperature must be > 0, got 0"),
+    ("glue_v002", {"mixing_maximum": -1}, "mixing_maximum must be > 0, got -1"),
+])
+def test_limit_and_temperature_are_refused_where_they_cannot_apply(name, options, message):
+    with pytest.raises(T2TError, match=re.escape(message)):
+        build_train_batches(name, vocab=tiny_vocabulary(), batch_size=4, input_length=64, target_length=4,
+                            **options)
+
+
+@pytest.mark.parametrize("key", ["mixing_maximum", "mixing_temperature"])
+def test_train_settings_check_the_mixing_ranges(key):
+    with pytest.raises(T2TError, match=key):
+        TrainConfig(**{key: 0.0})
