@@ -5,7 +5,9 @@ is_target)``), so numbers compare with the ``t5`` library's. What is reported an
 the result files, the paper's benchmark averages) is ``t2t.evaluation.results``.
 
 Inputs longer than ``input_length`` tokens (512, as T5 evaluates) are cut the way seqio trims them (EOS kept
-last) and counted. Predictions come from greedy/beam decoding, or with ``rank_classification`` from scoring
+last) and counted. An unlabelled split (GLUE's and SuperGLUE's test sets: label -1, target ``<unk>``) gives
+predictions and no metrics, saying "no labels: no metrics" (scoring invalid predictions against invalid
+targets gave accuracies of 0 or 100). Predictions come from greedy/beam decoding, or with ``rank_classification`` from scoring
 each of a task's ``rank_choices`` and taking the most likely (t5's rank classification). Each task reports
 its throughput (examples/s, tokens/s) with its results.
 
@@ -120,16 +122,20 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
             model, task, vocab, cfg.split, data_dir=cfg.data_dir, max_examples=cfg.max_examples,
             decoding=cfg, device=device, precision=cfg.precision,
             rank_classification=cfg.rank_classification and bool(task.rank_choices))
-        scores[task.name] = metrics
-        undefined[task.name] = results.undefined_reasons(metrics, records)
-        results.write_task_result(out_dir, task.name, metrics, undefined[task.name], records,
-                                  {**stamp, "stats": stats})
+        reasons = results.undefined_reasons(metrics, records)
+        results.write_task_result(out_dir, task.name, metrics, reasons, records, {**stamp, "stats": stats})
         print(format_stats(task.name, stats, cfg.input_length))
+        if not stats["labelled"]:
+            print(f"{task.name}: {results.NO_LABELS} (its {cfg.split} split is unlabelled; predictions only)")
+            skipped[task.name] = results.NO_LABELS
+            continue
+        scores[task.name], undefined[task.name] = metrics, reasons
     averages = summary = None
     if isinstance(item, Mixture):
         averages = results.benchmark_averages(scores)
         summary = results.write_summary(out_dir, item.name, scores, averages, skipped, stamp)
-    print(results.format_table(scores, undefined, averages))
+    if scores:
+        print(results.format_table(scores, undefined, averages))
     print(f"wrote <task>.metrics.json and <task>.predictions.jsonl per task" +
           (f" and {summary.name}" if summary else "") + f" to {out_dir}")
     return scores
@@ -270,7 +276,8 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
                   decoding: DecodingConfig = DecodingConfig(), device=torch.device("cpu"), precision="fp32",
                   rank_classification: bool = False) -> tuple[dict, list[dict], dict]:
     """Metrics, per-example records (input, target, prediction, postprocessed values) and run statistics
-    (examples, inputs truncated to ``decoding.input_length``, seconds, examples/s and tokens/s) for one task.
+    (whether the split has labels, examples, inputs truncated to ``decoding.input_length``, seconds,
+    examples/s and tokens/s) for one task. An unlabelled split (``has_labels``) gets no metrics.
 
     Predictions are decodes per ``decoding``, or with ``rank_classification`` the best-scoring of the task's
     ``rank_choices``; either way they go through the task's postprocessor and metrics.
@@ -286,19 +293,28 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
         decoded, tokens = decode_in_batches(model, inputs, vocab, decoding, max_new_tokens=max_new_tokens,
                                             device=device, precision=precision, desc=task.name)
     seconds = time.perf_counter() - start
-    targets = [task.postprocess(ex["targets_pretokenized"], ex, is_target=True) for ex in examples]
+    labelled = has_labels(examples)
+    targets = [task.postprocess(ex["targets_pretokenized"], ex, is_target=True) if labelled else None
+               for ex in examples]
     predictions = [task.postprocess(text, ex, is_target=False) for text, ex in zip(decoded, examples)]
     metrics = {}
-    for metric_fn in task.metric_fns:
+    for metric_fn in task.metric_fns if labelled else ():
         metrics.update(metric_fn(targets, predictions))
     records = [{"inputs": ex["inputs_pretokenized"], "targets": ex["targets_pretokenized"], "prediction": text,
                 "target_value": results.jsonable(t), "prediction_value": results.jsonable(p)}
                for ex, text, t, p in zip(examples, decoded, targets, predictions)]
-    stats = {"mode": "rank_classification" if rank_classification else "generation", "examples": len(examples),
+    stats = {"mode": "rank_classification" if rank_classification else "generation", "labelled": labelled,
+             "examples": len(examples),
              "truncated_inputs": truncated, "seconds": seconds,
              "examples_per_second": len(examples) / max(seconds, 1e-9),
              "tokens_per_second": tokens / max(seconds, 1e-9)}
     return metrics, records, stats
+
+
+def has_labels(examples: list[dict]) -> bool:
+    """Whether any example carries a gold answer. GLUE's and SuperGLUE's test rows have none: label -1 and
+    target ``<unk>`` (STS-B's target is ``"-1.0"``, ReCoRD's ``<unk>`` with no answers)."""
+    return any(example.get("label") != -1 and example["targets_pretokenized"] != "<unk>" for example in examples)
 
 
 def trim_inputs(inputs: list[np.ndarray], length: int | None, eos_id: int) -> tuple[list[np.ndarray], int]:

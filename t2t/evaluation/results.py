@@ -4,6 +4,7 @@ One evaluation writes, under ``<output dir>/<split>/``::
 
     <task>.predictions.jsonl   every example: input, target, prediction, postprocessed values
     <task>.metrics.json        that task's metrics, with the checkpoint, its step and the time of writing
+                               (none for an unlabelled split: ``"metrics": {}`` and the note NO_LABELS)
     <mixture>.summary.json     a mixture's: the tasks of *this* evaluation and the benchmark averages
 
 Files are named by task (or mixture), so evaluating one task never overwrites another's results, and each
@@ -25,6 +26,9 @@ import numpy as np
 
 from t2t.checkpoints.durable import write_atomic
 from t2t.errors import T2TError
+
+
+NO_LABELS = "no labels: no metrics"  # what is said and written for an unlabelled split (GLUE/SuperGLUE test)
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,8 @@ def write_task_result(out_dir: Path, task: str, metrics: Mapping[str, float], un
     write_atomic(predictions, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     result = {"task": task, **evaluation, "num_examples": len(records), "metrics": jsonable(metrics),
               "undefined": dict(undefined), "predictions": predictions.name}
+    if not evaluation.get("stats", {}).get("labelled", True):
+        result["note"] = NO_LABELS
     path = out_dir / f"{task}.metrics.json"
     write_atomic(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return path

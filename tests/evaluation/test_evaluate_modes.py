@@ -128,3 +128,21 @@ def test_generated_tokens_count_each_row_up_to_its_first_eos():
     from t2t.evaluation.evaluate import generated_tokens
     ids = torch.tensor([[5, 0, 1, 0, 0], [7, 7, 7, 7, 7], [1, 0, 0, 0, 0]])
     assert generated_tokens(ids, eos_id=1) == 3 + 5 + 1
+
+
+@pytest.mark.parametrize("task", ["rte", "stsb"])
+def test_an_unlabelled_split_gives_predictions_and_no_metrics(task, tiny_run, data_dir, tmp_path, capsys):
+    """GLUE's test rows have no labels (label -1, target <unk>; STS-B's "-1.0"): t2t-eval --split test
+    writes the predictions, says "no labels: no metrics", and no file claims a number (RTE read 100.00 or
+    0.00 accuracy for an untrained model)."""
+    code = eval_main(["--task", task, "--split", "test", "--checkpoint", str(tiny_run), "--data-dir", str(data_dir),
+                      "--max-examples", "3", "--batch-size", "3", "--max-length", "4", "--output-dir",
+                      str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    name = f"glue_{task}_v002"
+    assert f"{name}: no labels: no metrics" in out and "accuracy" not in out and "corrcoef" not in out
+    result = json.loads((tmp_path / "test" / f"{name}.metrics.json").read_text())
+    assert result["metrics"] == {} and result["note"] == "no labels: no metrics"
+    records = [json.loads(line) for line in (tmp_path / "test" / f"{name}.predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(r["target_value"] is None and "prediction" in r for r in records)
