@@ -55,6 +55,7 @@ def make_cnn_dailymail_task(data_source=None) -> Task:
         source=data_source or cnn_dailymail_source(),
         preprocessors=(summarize,),
         metric_fns=(metrics.rouge,),
+        sequence_length={"inputs": 512, "targets": 512},  # t5's sequence_lengths/cnn_dailymail_v002.gin
         description="CNN/Daily Mail summarisation as in T5 (ROUGE-1/2/Lsum)",
     )
 

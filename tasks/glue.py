@@ -40,6 +40,9 @@ GLUE_METRICS = {
 
 GLUE_CONFIGS = tuple(GLUE_METRICS)
 
+# t5's models/gin/sequence_lengths/glue_v002_proportional.gin: T5 fine-tuned (and decoded) GLUE at these.
+GLUE_SEQUENCE_LENGTH = {"inputs": 512, "targets": 84}
+
 
 def glue_task_name(config: str) -> str:
     return f"glue_{config}_v002"
@@ -68,6 +71,7 @@ def make_glue_task(config: str, data_source=None) -> Task:
         postprocess_fn=glue_postprocess_fn(config),
         metric_fns=GLUE_METRICS[config],
         rank_choices=GLUE_LABELS[config] or (),  # the label words (STS-B is a regression: none)
+        sequence_length=GLUE_SEQUENCE_LENGTH,
         description=f"GLUE {config} as in T5" + (" (test only)" if config == "ax" else ""),
     )
 

@@ -55,6 +55,7 @@ def make_squad_task(data_source=None) -> Task:
         preprocessors=(squad,),
         postprocess_fn=qa,
         metric_fns=(metrics.squad,),
+        sequence_length={"inputs": 512, "targets": 97},  # t5's sequence_lengths/squad_v010_allanswers.gin
         description="SQuAD v1.1 question answering as in T5 (EM/F1, best over all answers)",
     )
 

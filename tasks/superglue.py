@@ -80,6 +80,9 @@ SUPERGLUE_METRICS = {
     "axg": (metrics.on_values(metrics.accuracy), metrics.gender_parity),  # likewise
 }
 
+# t5's models/gin/sequence_lengths/super_glue_v102_proportional.gin: T5's SuperGLUE lengths (WSC/DPR included).
+SUPERGLUE_SEQUENCE_LENGTH = {"inputs": 512, "targets": 62}
+
 # ------------------------------------------------------------------------------------------ local files
 
 
@@ -223,6 +226,7 @@ def make_superglue_task(config: str, data_source=None) -> Task:
         metric_fns=SUPERGLUE_METRICS[config],
         # the label words; ReCoRD's choices are the passage's entities
         rank_choices=CONFIGS[config][2] or operator.itemgetter("entities"),
+        sequence_length=SUPERGLUE_SEQUENCE_LENGTH,
         description=f"SuperGLUE {config} as in T5" + (" (diagnostic, test only)" if config.startswith("ax") else ""),
     )
 
@@ -231,11 +235,13 @@ def make_wsc_tasks() -> tuple[Task, Task]:
     """T5's simple WSC: a training task of the rows whose candidate is the referent, and an eval task."""
     train = Task(name="super_glue_wsc_v102_simple_train", source=superglue_source("wsc.fixed", ("train",)),
                  preprocessors=(functools.partial(wsc_simple, correct_referent_only=True),),
+                 sequence_length=SUPERGLUE_SEQUENCE_LENGTH,
                  description="SuperGLUE WSC in T5's simple form, correct referents only (training)")
     evaluation = Task(name="super_glue_wsc_v102_simple_eval",
                       source=superglue_source("wsc.fixed", ("validation", "test")),
                       preprocessors=(functools.partial(wsc_simple, correct_referent_only=False),),
                       postprocess_fn=referent_match, metric_fns=(metrics.accuracy,),
+                      sequence_length=SUPERGLUE_SEQUENCE_LENGTH,
                       description="SuperGLUE WSC in T5's simple form (evaluation)")
     return train, evaluation
 
@@ -244,7 +250,7 @@ def make_dpr_task(data_source=None) -> Task:
     return Task(name="dpr_v001_simple",
                 source=data_source or HFDataset(DPR_HUB_ID, "plain_text", splits=("train", "test"), sizes=DPR_SIZES),
                 preprocessors=(dpr_simple,), metric_fns=(metrics.accuracy,),
-                rank_choices=operator.itemgetter("candidates"),
+                rank_choices=operator.itemgetter("candidates"), sequence_length=SUPERGLUE_SEQUENCE_LENGTH,
                 description="Definite Pronoun Resolution in T5's simple WSC form")
 
 
@@ -252,6 +258,7 @@ def make_wnli_simple_task(data_source=None) -> Task:
     return Task(name="glue_wnli_v002_simple_eval",
                 source=data_source or GlueSource("wnli", splits=("validation", "test")),
                 preprocessors=(wnli_simple,), postprocess_fn=referent_match, metric_fns=(metrics.accuracy,),
+                sequence_length=SUPERGLUE_SEQUENCE_LENGTH,
                 description="GLUE WNLI in T5's simple WSC form (evaluation only)")
 
 

@@ -95,6 +95,7 @@ def make_wmt_task(name: str, data_source=None) -> Task:
         source=data_source or wmt_source(name),
         preprocessors=(functools.partial(translate, source_language="en", target_language=language),),
         metric_fns=(metrics.bleu,),
+        sequence_length={"inputs": 512, "targets": 512},  # t5's sequence_lengths/wmt_*.gin
         description=f"WMT English to {language} translation as in T5 (sacreBLEU)",
     )
 

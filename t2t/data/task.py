@@ -16,6 +16,9 @@ A :class:`Task` is a frozen description of one text-to-text dataset:
     rank_choices            → the target strings rank classification scores (``t2t-eval --rank-classification``):
                               the label words, or ``fn(example) -> strings`` when they differ per example
                               (multiple choice); the best-scoring one is the prediction
+    sequence_length         → T5's fine-tuning lengths for the task, ``{"inputs": 512, "targets": 84}`` (its
+                              ``models/gin/sequence_lengths/*.gin``): training uses them when the user sets
+                              none (``sequence_length_for``), evaluation decodes at most the targets length
 
 A :class:`Mixture` is a named list of tasks with sampling rates (a number, or a function of the task such as
 ``t2t.data.mixing.rate_num_examples()``).
@@ -88,6 +91,7 @@ class Task:
     metric_fns: Sequence[Callable] = ()
     description: str = ""
     rank_choices: Sequence[str] | Callable[[Mapping], Sequence[str]] = ()
+    sequence_length: Mapping[str, int] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -113,6 +117,11 @@ class Task:
             if not isinstance(feat, Feature):
                 raise T2TError(f"task {self.name!r}: output feature {key!r} must be a t2t.data.task.Feature, "
                                f"got {feat!r}.")
+        if self.sequence_length is not None and not (
+                isinstance(self.sequence_length, Mapping) and set(self.sequence_length) == {"inputs", "targets"}
+                and all(_is_number(v) and int(v) == v and v > 0 for v in self.sequence_length.values())):
+            raise T2TError(f"task {self.name!r}: sequence_length must be {{'inputs': N, 'targets': M}} with positive "
+                           f"whole numbers, got {self.sequence_length!r}.")
         if not hasattr(self.source, "load"):
             raise T2TError(f"task {self.name!r}: source must be a t2t.data.sources source (with .load(split, "
                            f"data_dir)), got {self.source!r}.")
@@ -429,6 +438,23 @@ def get_task_or_mixture(name: str) -> Task | Mixture:
     if name in MIXTURES:
         return MIXTURES.get(name)
     raise T2TError(_unknown_message("task or mixture", name))
+
+
+# The lengths training uses when neither the user nor the task says: T5's encoder length and a decoder length
+# that holds the short targets of most tasks.
+DEFAULT_SEQUENCE_LENGTH = {"inputs": 512, "targets": 128}
+
+
+def sequence_length_for(item: Task | Mixture | str, inputs: int | None = None,
+                        targets: int | None = None) -> dict[str, int]:
+    """The lengths to train ``item`` with: ``inputs``/``targets`` where given, else the task's T5 lengths
+    (``Task.sequence_length``; a mixture takes the longest over its tasks that have them, as t5's gin files
+    give a mixture the lengths of its longest member: GLUE 512/84, SQuAD 512/97, CNN/DM and WMT 512/512),
+    else ``DEFAULT_SEQUENCE_LENGTH``."""
+    given = {"inputs": inputs, "targets": targets}
+    known = [t.sequence_length for t in member_tasks(item) if t.sequence_length]
+    return {key: int(given[key] or max((lengths[key] for lengths in known), default=DEFAULT_SEQUENCE_LENGTH[key]))
+            for key in given}
 
 
 def member_tasks(item: Task | Mixture | str) -> list[Task]:

@@ -58,7 +58,7 @@ class DecodingConfig:
     temperature: float = 0.0          # > 0: sample from softmax(logits / temperature); 0: greedy
     top_k: int = 0                    # sampling: only from the k most likely tokens (0: all)
     seed: int = 0                     # sampling: seed of the draws
-    max_length: int | None = None     # most tokens decoded (eval: the longest target; predict: the run's target_length)
+    max_length: int | None = None     # most tokens decoded (eval: longest target, capped by the task's; predict: run's)
     input_length: int = 512           # inputs are cut to this many tokens, EOS kept last (seqio's trim, T5's 512)
     compile: bool = False             # the decoding step through torch.compile (one graph per batch shape)
 
@@ -289,7 +289,7 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
         decoded, tokens = rank_in_batches(model, task, examples, inputs, vocab, batch_size=decoding.batch_size,
                                           device=device, precision=precision)
     else:
-        max_new_tokens = decoding.max_length or max(len(ex["targets"]) for ex in examples)
+        max_new_tokens = decoding.max_length or decode_length(task, examples)
         decoded, tokens = decode_in_batches(model, inputs, vocab, decoding, max_new_tokens=max_new_tokens,
                                             device=device, precision=precision, desc=task.name)
     seconds = time.perf_counter() - start
@@ -309,6 +309,14 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
              "examples_per_second": len(examples) / max(seconds, 1e-9),
              "tokens_per_second": tokens / max(seconds, 1e-9)}
     return metrics, records, stats
+
+
+def decode_length(task: Task, examples: list[dict]) -> int:
+    """Tokens to decode when the user sets none: the longest target (with EOS), at most the task's T5 target
+    length (``Task.sequence_length``, t5's gin ``sequence_lengths``: CNN/DM 512), so that a decode that never
+    stops ends where T5's did rather than at the longest reference (938 tokens in CNN/DM's test set)."""
+    longest = max(len(ex["targets"]) for ex in examples)
+    return min(longest, task.sequence_length["targets"]) if task.sequence_length else longest
 
 
 def has_labels(examples: list[dict]) -> bool:

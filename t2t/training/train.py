@@ -33,7 +33,7 @@ from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
 from t2t.data.pipeline import TrainBatches, build_train_batches
 from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics, read_metrics
-from t2t.data.task import get_task_or_mixture, load_modules
+from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
 from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 from t2t.data.vocab import load_vocabulary
 from t2t.evaluation.evaluate import validation_metrics
@@ -56,8 +56,8 @@ class TrainConfig:
     train_steps: int = 1000           # train until this step
     batch_size: int = 128             # global, in rows (packed rows when pack is on)
     grad_accum_steps: int = 1         # micro-batches per optimizer step (batch_size is split into them)
-    input_length: int = 512           # encoder tokens per row (T5: 512)
-    target_length: int = 128          # decoder tokens per row (T5: 114 pre-training, 128 fine-tuning)
+    input_length: int | None = None   # encoder tokens per row (None: the task's T5 length, else 512)
+    target_length: int | None = None  # decoder tokens per row (None: the task's T5 length, e.g. GLUE 84, else 128)
     pack: bool = True                 # pack several examples into each row (as T5 trained)
     max_tokens: int | None = None     # train on each task's first N tokens, repeated (§3.4.2); None: all
     dropout_rate: float | None = None  # overrides the model config's (T5 used 0.1 everywhere)
@@ -124,6 +124,7 @@ def train_in_output_dir(cfg: TrainConfig, allow_changed_settings: bool, trust_mo
     if latest is not None:
         cfg = resume_settings(cfg, latest, allow_changed_settings, trust_modules)
     device = set_up_process(cfg)
+    cfg = with_sequence_lengths(cfg, None)  # a new run's (a resumed run has its own already)
     vocab = load_vocabulary(cfg.vocab, data_dir=cfg.data_dir)
     parent = None if latest is not None else run_lib.pinned_checkpoint(cfg.init_from)
     model = build_model(cfg, vocab, resume_from=latest, init_from=parent).to(device)
@@ -171,6 +172,8 @@ def resume_settings(cfg: TrainConfig, latest: Path, allow_changed_settings: bool
     run = run_lib.open_run(latest, cfg.verify_checkpoints)
     run_lib.require_module_consent(run, cfg.modules, trust_modules, resuming=True)
     cfg = run_lib.with_run_locations(cfg, run)
+    load_modules(cfg.modules)  # the lengths may come from a task the modules register
+    cfg = with_sequence_lengths(cfg, run)
     run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings)
     return cfg
 
@@ -313,6 +316,16 @@ def diverged(trainer: Trainer, what: str) -> T2TError:
     bf16 = ", or train in fp32" if trainer.cfg.precision == "bf16" else ""
     return T2TError(f"training diverged at step {trainer.step}: {what}, so nothing of it was saved; {good}; "
                     f"lower optimizer.learning_rate (now {trainer.cfg.optimizer.learning_rate:g}){bf16}.")
+
+
+def with_sequence_lengths(cfg: TrainConfig, run: run_lib.Run | None) -> TrainConfig:
+    """``cfg`` with the lengths it leaves unset filled in: a resumed run's own, else the task's or mixture's
+    T5 lengths (``t2t.data.task.sequence_length_for``: GLUE 512/84, SuperGLUE 512/62, SQuAD 512/97, CNN/DM and
+    WMT 512/512), else 512/128."""
+    recorded = (run.settings or {}) if run is not None else {}
+    lengths = sequence_length_for(cfg.mixture, cfg.input_length or recorded.get("input_length"),
+                                  cfg.target_length or recorded.get("target_length"))
+    return dataclasses.replace(cfg, input_length=lengths["inputs"], target_length=lengths["targets"])
 
 
 def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None, init_from: str | None = None) -> T5:

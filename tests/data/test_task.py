@@ -249,3 +249,50 @@ def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
     (data / "sentiment" / "validation.jsonl").write_text(json.dumps({"text": "meh", "label": "neutral"}) + "\n")
     with pytest.raises(T2TError, match="has label 'neutral'; use one of negative, positive"):
         list(show_examples("my_sentiment", "validation", 1, data_dir=data))
+
+
+# ---------------------------------------------------------------------------------------------- T5's lengths
+
+@pytest.mark.parametrize("name, lengths", [
+    ("glue_rte_v002", (512, 84)), ("glue_v002", (512, 84)),            # t5's sequence_lengths/*.gin
+    ("super_glue_v102", (512, 62)), ("wsc", (512, 62)), ("squad", (512, 97)),
+    ("cnn_dailymail", (512, 512)), ("wmt_t2t_ende_v003", (512, 512)),
+    ("all_equal", (512, 512)),                                         # a mixture: its longest member's
+    ("corpus_span_corruption", (512, 128)),                            # no T5 lengths: the default
+])
+def test_tasks_carry_t5s_fine_tuning_lengths(name, lengths):
+    got = task_module.sequence_length_for(name)
+    assert (got["inputs"], got["targets"]) == lengths
+    assert task_module.sequence_length_for(name, targets=16) == {"inputs": lengths[0], "targets": 16}
+
+
+def test_training_takes_the_tasks_lengths_unless_set():
+    from t2t.training.train import TrainConfig, with_sequence_lengths
+    assert TrainConfig().input_length is None and TrainConfig().target_length is None
+    filled = with_sequence_lengths(TrainConfig(mixture="glue_v002"), None)
+    assert (filled.input_length, filled.target_length) == (512, 84)
+    chosen = with_sequence_lengths(TrainConfig(mixture="glue_v002", target_length=128), None)
+    assert (chosen.input_length, chosen.target_length) == (512, 128)
+
+
+def test_the_finetune_recipe_leaves_the_lengths_to_the_task():
+    import yaml
+    recipe = yaml.safe_load((Path(__file__).parents[2] / "configs" / "recipes" / "finetune.yaml").read_text())
+    assert "input_length" not in recipe and "target_length" not in recipe
+
+
+def test_a_bad_sequence_length_is_one_sentence():
+    with pytest.raises(T2TError, match="sequence_length must be"):
+        in_memory_task("t", {"train": ROWS}, sequence_length={"inputs": 512})
+    with pytest.raises(T2TError, match="sequence_length must be"):
+        in_memory_task("t", {"train": ROWS}, sequence_length={"inputs": 512, "targets": 0})
+
+
+def test_evaluation_decodes_at_most_the_tasks_target_length():
+    """A decode that never stops ends at the task's T5 target length (CNN/DM: 512, not its longest
+    reference's 938 tokens); a task without T5 lengths decodes up to its longest target."""
+    from t2t.evaluation.evaluate import decode_length
+    examples = [{"targets": np.ones(n, dtype=np.int64)} for n in (3, 938, 20)]
+    assert decode_length(get_task("cnn_dailymail"), examples) == 512
+    assert decode_length(in_memory_task("t", {"train": ROWS}), examples) == 938
+    assert decode_length(get_task("cnn_dailymail"), examples[:1]) == 3
