@@ -449,3 +449,12 @@ def test_rank_choices_are_the_label_words_or_the_example_options():
     assert get_task("copa").rank_choices_for({}) == ["choice1", "choice2"]
     assert get_task("record").rank_choices_for(RECORD_ROWS[0]) == ["Monday", "Oslo", "Rain"]
     assert get_task("dpr").rank_choices_for({"candidates": ["Bob", "Tom"]}) == ["Bob", "Tom"]
+
+
+def test_docs_name_the_metric_definitions_that_changed_since_the_paper():
+    """docs/tasks.md says which MultiRC F1 and which ReCoRD scoring a t2t number is."""
+    from pathlib import Path
+    text = (Path(__file__).parents[2] / "docs" / "tasks.md").read_text()
+    section = text[text.index("### Which definition your number is"):]
+    assert "F1a" in section and "per-question F1" in section and "December 2019" in section
+    assert "ReCoRD" in section and "deduplicate_metric" in section and "no labels: no metrics" in section
