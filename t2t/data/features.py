@@ -8,14 +8,15 @@ seqio's idea with t5x's names (see docs/internals.md, "Model features"). Three a
   ``decoder_causal_attention`` = 1 on the prefix (the inputs and the first target position, i.e. every
   position whose *input* token belongs to the prefix) where a prefix LM attends bidirectionally.
 
-All three take ``(input_length, target_length, pack=False)``; the decoder-only ones use one row of
+All three take ``(input_length, target_length, pack=False, start_id=0)``; ``start_id`` is the model's
+``decoder_start_id`` (T5's is 0, the pad id). The decoder-only ones use one row of
 ``input_length + target_length`` tokens (seqio's convention). Examples longer than their feature length are
 truncated (seqio's ``trim_and_pad``).
 
 Unpacked: one example per row, zero padded; ``decoder_input_tokens`` is the whole row shifted right with a
-leading 0 (so the final EOS lands on the first padding slot, as in seqio and Hugging Face's ``_shift_right``;
+leading start id (so the final EOS lands on the first padding slot, as in seqio and Hugging Face's ``_shift_right``;
 its loss weight is 0). Packed: examples are placed first-fit into the batch's rows; segment ids 1, 2, … per
-example (0 = padding), positions restart at 0, and the shift restarts with 0 at every segment start.
+example (0 = padding), positions restart at 0, and the shift restarts with the start id at every segment start.
 
 Streaming, resumable batches use ``Packer``: ``add(example)`` places an example or returns False without
 changing anything when it does not fit, so the caller can emit the batch, remember the stream position of
@@ -52,12 +53,9 @@ def _ids(example: Example, key: str) -> np.ndarray:
 
 
 class FeatureConverter:
-    """Shared machinery; subclasses say how one example occupies its streams (encoder, decoder)."""
+    """Shared machinery; subclasses say how one example occupies its rows (encoder, decoder)."""
 
-    #: stream names and the model-feature prefix each one fills
-    streams: tuple[str, ...] = ()
-
-    def __init__(self, input_length: int, target_length: int, pack: bool = False):
+    def __init__(self, input_length: int, target_length: int, pack: bool = False, start_id: int = 0):
         for name, value in (("input_length", input_length), ("target_length", target_length)):
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise T2TError(f"{name} must be a positive integer, got {value!r}; pass a sequence length "
@@ -65,6 +63,7 @@ class FeatureConverter:
         self.input_length = int(input_length)
         self.target_length = int(target_length)
         self.pack = bool(pack)
+        self.start_id = int(start_id)
 
     # -- per architecture
     def lengths(self) -> tuple[int, ...]:
@@ -98,27 +97,21 @@ class FeatureConverter:
         return packer.flush()
 
 
-def _shift_right(row_tokens: np.ndarray, out: np.ndarray) -> None:
-    """``out[1:] = row_tokens[:-1]``, ``out[0] = 0`` (``out`` and ``row_tokens`` have the same length)."""
-    out[0] = 0
-    out[1:] = row_tokens[:-1]
-
-
-def _fill_decoder_inputs(arrays: dict, row: int, start: int, sequence: np.ndarray, pack: bool) -> None:
-    """Decoder inputs for one example at ``start``: packed rows restart the shift (0 first) per example;
-    unpacked rows shift the whole target row, so EOS lands on the first padding slot."""
+def _fill_decoder_inputs(arrays: dict, row: int, start: int, sequence: np.ndarray, pack: bool, start_id: int) -> None:
+    """Decoder inputs for one example at ``start``: packed rows restart the shift (``start_id`` first) per
+    example; unpacked rows shift the whole target row right behind ``start_id``, so EOS lands on the first
+    padding slot."""
     dec_in = arrays["decoder_input_tokens"][row]
     if not pack:
-        _shift_right(arrays["decoder_target_tokens"][row], dec_in)
+        dec_in[0] = start_id
+        dec_in[1:] = arrays["decoder_target_tokens"][row][:-1]
     elif sequence.size:
-        dec_in[start] = 0
+        dec_in[start] = start_id
         dec_in[start + 1:start + sequence.size] = sequence[:-1]
 
 
 class EncDecFeatureConverter(FeatureConverter):
     """Encoder-decoder features (t5x's ``EncDecFeatureConverter``)."""
-
-    streams = ("encoder", "decoder")
 
     def lengths(self) -> tuple[int, ...]:
         return self.input_length, self.target_length
@@ -137,7 +130,7 @@ class EncDecFeatureConverter(FeatureConverter):
         arrays["encoder_input_tokens"][row, e0:e1] = inputs
         arrays["decoder_target_tokens"][row, d0:d1] = targets
         arrays["decoder_loss_weights"][row, d0:d1] = 1
-        _fill_decoder_inputs(arrays, row, d0, targets, self.pack)
+        _fill_decoder_inputs(arrays, row, d0, targets, self.pack, self.start_id)
         if self.pack:
             arrays["encoder_segment_ids"][row, e0:e1] = segment
             arrays["decoder_segment_ids"][row, d0:d1] = segment
@@ -149,7 +142,6 @@ class DecoderOnlyLMFeatureConverter(FeatureConverter):
     """Decoder-only language model (T5 §3.2.1 "LM"): ``inputs + targets`` in one sequence, loss on all of
     it; features ``decoder_{input,target}_tokens``, ``decoder_loss_weights`` (+ segment ids / positions)."""
 
-    streams = ("decoder",)
     loss_on_targets_only = False
 
     def lengths(self) -> tuple[int, ...]:
@@ -181,7 +173,7 @@ class DecoderOnlyLMFeatureConverter(FeatureConverter):
             arrays["decoder_causal_attention"][row, d0:end] = 1
         else:
             arrays["decoder_loss_weights"][row, d0:d1] = 1
-        _fill_decoder_inputs(arrays, row, d0, sequence, self.pack)
+        _fill_decoder_inputs(arrays, row, d0, sequence, self.pack, self.start_id)
         if self.pack:
             arrays["decoder_segment_ids"][row, d0:d1] = segment
             arrays["decoder_positions"][row, d0:d1] = np.arange(sequence.size)
@@ -205,11 +197,13 @@ CONVERTERS: dict[str, type[FeatureConverter]] = {
 }
 
 
-def get_converter(architecture: str, input_length: int, target_length: int, pack: bool = False) -> FeatureConverter:
-    """The converter for a model ``architecture`` (``ModelConfig.architecture``)."""
+def get_converter(architecture: str, input_length: int, target_length: int, pack: bool = False,
+                  start_id: int = 0) -> FeatureConverter:
+    """The converter for a model ``architecture`` (``ModelConfig.architecture``) whose decoder starts with
+    ``start_id`` (``ModelConfig.decoder_start_id``)."""
     if architecture not in CONVERTERS:
         raise T2TError(f"unknown architecture {architecture!r}; use one of {', '.join(CONVERTERS)}.")
-    return CONVERTERS[architecture](input_length, target_length, pack=pack)
+    return CONVERTERS[architecture](input_length, target_length, pack=pack, start_id=start_id)
 
 
 class Packer:

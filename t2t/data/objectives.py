@@ -209,12 +209,12 @@ def noise_token_to_random_token_or_sentinel(tokens: Tokens, noise_mask: np.ndarr
 
 
 def restore_from_span_corruption(inputs: Tokens, targets: Tokens, vocab_size: int,
-                                 num_sentinels: int = 100) -> np.ndarray:
+                                 num_sentinels: int = 100, *, eos_id: int | None = None) -> np.ndarray:
     """The original tokens from sentinel-delimited inputs and targets (the two are complementary: each
     replaces the other's spans by sentinels). Ids ``>= vocab_size - num_sentinels`` count as sentinels; a
-    trailing EOS (id 1) on either side is ignored."""
+    trailing ``eos_id`` (the vocabulary's, for features the pipeline made) on either side is ignored."""
     def pieces(ids: np.ndarray) -> list[np.ndarray]:
-        if ids.size and ids[-1] == 1:
+        if ids.size and eos_id is not None and ids[-1] == eos_id:
             ids = ids[:-1]
         parts = np.split(ids, np.flatnonzero(ids >= vocab_size - num_sentinels))
         return [parts[0]] + [p[1:] for p in parts[1:]]  # drop the sentinel that opens each piece

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from t2t.errors import T2TError
+from t2t.data.features import get_converter
 from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
 from t2t.data.sources import DataNotFoundError
 from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
 from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos
-from t2t.data.features import get_converter
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class TrainBatches:
                  pack: bool = True, seed: int = 0, data_dir=None, rank: int = 0, world_size: int = 1,
                  skip_unavailable: bool = False, split: str = "train", architecture: str = "encoder_decoder",
                  max_tokens: int | None = None, mixing_maximum: float | None = None,
-                 mixing_temperature: float | None = None):
+                 mixing_temperature: float | None = None, decoder_start_id: int = 0):
         if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
             raise T2TError(f"rank {rank!r} / world_size {world_size!r} are not a valid process layout; rank must "
                            f"be in 0..world_size-1.")
@@ -183,7 +183,8 @@ class TrainBatches:
         self.pack = bool(pack)
         self.sequence_length = {"inputs": int(input_length), "targets": int(target_length)}
         self.max_tokens = max_tokens
-        self.converter = get_converter(architecture, int(input_length), int(target_length), pack=self.pack)
+        self.converter = get_converter(architecture, int(input_length), int(target_length), pack=self.pack,
+                                       start_id=decoder_start_id)
         item = get_task_or_mixture(name)
         self.name = item.name  # aliases resolved, so a state saved under "stsb" loads under "glue_stsb_v002"
         self.mixing = check_mixing(item, mixing_maximum, mixing_temperature)
@@ -338,7 +339,8 @@ def build_train_batches(name: str, *, vocab, batch_size: int, input_length: int,
                         pack: bool = True, seed: int = 0, data_dir: str | os.PathLike | None = None, rank: int = 0,
                         world_size: int = 1, skip_unavailable: bool = False, split: str = "train",
                         architecture: str = "encoder_decoder", max_tokens: int | None = None,
-                        mixing_maximum: float | None = None, mixing_temperature: float | None = None) -> TrainBatches:
+                        mixing_maximum: float | None = None, mixing_temperature: float | None = None,
+                        decoder_start_id: int = 0) -> TrainBatches:
     """The trainer's data: an endless iterable of model-feature batches of ``batch_size // world_size`` rows.
 
     Deterministic in ``seed``; ``state_dict()`` / ``load_state_dict()`` resume exactly (also when packing:
@@ -349,10 +351,11 @@ def build_train_batches(name: str, *, vocab, batch_size: int, input_length: int,
     data cannot be found are an error listing them all, or with ``skip_unavailable`` are dropped with a
     warning and the rates renormalised. ``max_tokens`` trains on a fixed prefix of each task's data,
     repeated (T5 §3.4.2; see ``TaskStream``). ``mixing_maximum`` (K) and ``mixing_temperature`` (T) set
-    §3.5.2's limit and temperature of a mixture's examples-proportional rates.
+    §3.5.2's limit and temperature of a mixture's examples-proportional rates. ``decoder_start_id`` is the
+    model's (``ModelConfig.decoder_start_id``, 0 in T5), the first decoder input of every example.
     """
     return TrainBatches(name, vocab=vocab, batch_size=batch_size, input_length=input_length,
                         target_length=target_length, pack=pack, seed=seed, data_dir=data_dir, rank=rank,
                         world_size=world_size, skip_unavailable=skip_unavailable, split=split,
                         architecture=architecture, max_tokens=max_tokens, mixing_maximum=mixing_maximum,
-                        mixing_temperature=mixing_temperature)
+                        mixing_temperature=mixing_temperature, decoder_start_id=decoder_start_id)

@@ -210,20 +210,21 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
     objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight), cfg.parallelism, device)
     optimizer = build_optimizer(objective, cfg.optimizer)  # after wrapping: FSDP replaces the parameters
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
-    batches = build_batches(cfg, vocab, model.config.architecture)
+    batches = build_batches(cfg, vocab, model.config)
     settings = run_lib.recorded_settings(config.to_dict(cfg), vocab.path)
     return Trainer(cfg, run_dir, settings, objective, optimizer, scheduler, batches, trainable, trained_only,
                    data_fingerprint(batches), device)
 
 
-def build_batches(cfg: TrainConfig, vocab, architecture: str) -> TrainBatches:
+def build_batches(cfg: TrainConfig, vocab, model_config: ModelConfig) -> TrainBatches:
     """This process's share of the run's deterministic, resumable stream of training batches."""
     return build_train_batches(
         cfg.mixture, vocab=vocab, batch_size=cfg.batch_size,
         input_length=cfg.input_length, target_length=cfg.target_length, pack=cfg.pack, seed=cfg.seed,
         data_dir=cfg.data_dir, rank=distributed.rank(), world_size=distributed.world_size(),
         skip_unavailable=cfg.skip_unavailable, max_tokens=cfg.max_tokens, mixing_maximum=cfg.mixing_maximum,
-        mixing_temperature=cfg.mixing_temperature, architecture=architecture)
+        mixing_temperature=cfg.mixing_temperature, architecture=model_config.architecture,
+        decoder_start_id=model_config.decoder_start_id)
 
 
 def data_fingerprint(batches: TrainBatches) -> dict[str, dict]:

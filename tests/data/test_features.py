@@ -151,3 +151,28 @@ def test_packing_thousands_of_examples_places_every_token_once():
     assert placed == 2000
     for key, feature in [("encoder_input_tokens", "inputs"), ("decoder_target_tokens", "targets")]:
         assert sum(int(b[key].count_nonzero()) for b in batches) == sum(len(ex[feature]) for ex in examples)
+
+
+@pytest.mark.parametrize("architecture", ["encoder_decoder", "prefix_lm"])
+@pytest.mark.parametrize("pack", [False, True])
+def test_the_decoder_start_id_comes_from_the_model(architecture, pack):
+    """The first decoder input of every example is the model's decoder_start_id, not a literal 0."""
+    examples = [{"inputs": [5, 6, 1], "targets": [7, 1]}, {"inputs": [8, 1], "targets": [9, 10, 1]}]
+    batch = get_converter(architecture, 6, 6, pack=pack, start_id=3).convert(examples, batch_size=1 if pack else 2)
+    dec_in = batch["decoder_input_tokens"]
+    if pack:
+        segments = batch["decoder_segment_ids"][0]
+        starts = [i for i in range(len(segments)) if segments[i] and (i == 0 or segments[i] != segments[i - 1])]
+        assert len(starts) == 2 and all(int(dec_in[0, i]) == 3 for i in starts)
+    else:
+        assert dec_in[:, 0].tolist() == [3, 3]
+
+
+def test_training_batches_start_the_decoder_with_the_models_start_id():
+    from t2t.data.pipeline import build_train_batches
+    from t2t.testing import in_memory_task, registered, tiny_vocabulary
+    task = in_memory_task("start_id_task", {"train": [{"inputs": "a b", "targets": "c"}]})
+    with registered(task):
+        batch = next(iter(build_train_batches(task.name, vocab=tiny_vocabulary(), batch_size=2, input_length=8,
+                                              target_length=4, pack=False, decoder_start_id=7)))
+    assert batch["decoder_input_tokens"][:, 0].tolist() == [7, 7]

@@ -313,3 +313,15 @@ def test_denoise_is_the_token_preprocessor_form():
     assert ob.chunk_length({"inputs": 512}, objective=ob.bert_style, random_prob=0.1) == 511
     with pytest.raises(T2TError, match="input_length"):
         ob.chunk_length(None, objective=ob.span_corruption)
+
+
+def test_restoring_span_corruption_strips_the_vocabularys_eos_only_when_told():
+    """The EOS to strip is the vocabulary's (``eos_id``), not a literal 1: a text ending in id 1 restores
+    whole without it."""
+    tokens = np.array([5, 6, 7, 8, 9, 10, 11, 1], dtype=np.int64)
+    mask = np.array([0, 0, 1, 1, 0, 0, 0, 1], dtype=bool)
+    inputs = ob.noise_span_to_unique_sentinel(tokens, mask, VOCAB)
+    targets = ob.nonnoise_span_to_unique_sentinel(tokens, mask, VOCAB)
+    np.testing.assert_array_equal(ob.restore_from_span_corruption(inputs, targets, VOCAB, 3), tokens)
+    with_eos = np.append(inputs, 4), np.append(targets, 4)
+    np.testing.assert_array_equal(ob.restore_from_span_corruption(*with_eos, VOCAB, 3, eos_id=4), tokens)

@@ -118,7 +118,7 @@ def test_span_corruption_over_a_folder(folder):
     for seed in range(20):
         out = draw(task, pieces[0], vocab, sequence_length, seed)
         assert out["inputs"].size == 40 and out["targets"].size == targets_length
-        restored = ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size)
+        restored = ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size, eos_id=vocab.eos_id)
         np.testing.assert_array_equal(restored, pieces[0]["targets"])
     # fresh noise per draw, the same noise for the same rng
     a, b, c = (draw(task, pieces[0], vocab, sequence_length, s) for s in (1, 1, 2))
@@ -230,7 +230,8 @@ def test_c4_is_t5s_span_corruption_over_streamed_allenai_c4(monkeypatch):
     out = draw(task, pieces[0], vocab, sequence_length, 0)
     assert out["inputs"].size == 512 and out["targets"].size == 114
     np.testing.assert_array_equal(
-        ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size), pieces[0]["targets"])
+        ob.restore_from_span_corruption(out["inputs"], out["targets"], vocab.vocab_size, eos_id=vocab.eos_id),
+        pieces[0]["targets"])
     assert task.source.num_examples("validation") == 364_608
 
 
@@ -258,7 +259,8 @@ def test_folder_task_through_build_train_batches(folder):
     for epoch in (first, second):
         for ex in epoch:
             assert ex["inputs"][-1] == EOS and ex["targets"][-1] == EOS
-            restored = ob.restore_from_span_corruption(ex["inputs"], ex["targets"], vocab.vocab_size)
+            restored = ob.restore_from_span_corruption(ex["inputs"], ex["targets"], vocab.vocab_size,
+                                                       eos_id=vocab.eos_id)
             chunks_by_text.setdefault(tuple(restored), []).append(tuple(ex["inputs"]))
     assert len(chunks_by_text) == n_chunks  # each chunk is drawn once per epoch
     assert all(len(v) == 2 for v in chunks_by_text.values())
