@@ -14,7 +14,7 @@ mixture is examples-proportional.
 from __future__ import annotations
 
 from t2t.data.mixing import proportional_rates
-from t2t.data.task import Mixture, register_mixture
+from t2t import Mixture, register_mixture
 
 GLUE_WEIGHT_MAPPING = {
     "glue_cola_v002": 8_551.0,

@@ -27,10 +27,10 @@ t5 library left those constants alone). Evaluation-only members (no train split)
 
 from __future__ import annotations
 
+from t2t import Mixture, register_mixture
 from t2t.data.mixing import rate_num_examples, rate_unsupervised
 from t2t.mixtures.glue import GLUE_WEIGHT_MAPPING
 from t2t.mixtures.superglue import SUPER_GLUE_WEIGHT_MAPPING
-from t2t.data.task import Mixture, register_mixture
 
 C4 = "c4_v020_unsupervised"
 SUPERVISED_TASKS = (list(GLUE_WEIGHT_MAPPING) + list(SUPER_GLUE_WEIGHT_MAPPING)

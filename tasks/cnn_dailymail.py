@@ -15,11 +15,9 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from t2t.evaluation import metrics
-from t2t.errors import T2TError
-from t2t.data.preprocessors import summarize
-from t2t.data.sources import HFDataset, LocalOrHub
-from t2t.data.task import Task, register_task
+from t2t import HFDataset, T2TError, Task, metrics, register_task
+from t2t.data.sources import LocalOrHub
+from t2t.preprocessors import summarize
 
 CNN_DAILYMAIL_SIZES = {"train": 287_113, "validation": 13_368, "test": 11_490}
 _FILE_SPLITS = {"train": "train", "validation": "val", "test": "test"}

@@ -24,7 +24,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
-from t2t.data.task import Mixture, Task, register_mixture, register_task
+from t2t import Mixture, Task, register_mixture, register_task
 from t2t.tasks.glue import glue_text_preprocessor, make_glue_task
 
 DELIMITER = "$"

@@ -15,11 +15,9 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from t2t.evaluation import metrics
-from t2t.errors import T2TError
-from t2t.data.preprocessors import qa, squad
-from t2t.data.sources import HFDataset, LocalOrHub
-from t2t.data.task import Task, register_task
+from t2t import HFDataset, T2TError, Task, metrics, register_task
+from t2t.data.sources import LocalOrHub
+from t2t.preprocessors import qa, squad
 
 SQUAD_SIZES = {"train": 87_599, "validation": 10_570}
 SQUAD_FILES = {"train": [("squad/v1.1/train-v1.1.json",)], "validation": [("squad/v1.1/dev-v1.1.json",)]}

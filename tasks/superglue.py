@@ -29,12 +29,11 @@ import operator
 from pathlib import Path
 from typing import Iterator
 
-from t2t.evaluation import metrics
-from t2t.errors import T2TError
-from t2t.data.preprocessors import glue, multirc, record, record_answers, rekey, string_label_to_class_id
-from t2t.data.sources import GlueSource, HFDataset, LocalOrHub
-from t2t.data.task import Task, register_task
+from t2t import HFDataset, T2TError, Task, metrics, register_task
+from t2t.data.sources import LocalOrHub
 from t2t.data.winograd import dpr_simple, referent_match, wnli_simple, wsc_simple
+from t2t.preprocessors import glue, multirc, record, record_answers, rekey, string_label_to_class_id
+from t2t.tasks.glue import GlueSource
 
 SUPER_GLUE_HUB_ID = "aps/super_glue"
 DPR_HUB_ID = "community-datasets/definite_pronoun_resolution"

@@ -37,11 +37,9 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from t2t.data import objectives
-from t2t.errors import T2TError
-from t2t.data.preprocessors import concat_and_split, rekey
-from t2t.data.sources import DataNotFoundError, Source, resolve_data_dir
-from t2t.data.task import Feature, Task, default_output_features, register_task
+from t2t import Feature, Source, T2TError, Task, preprocessors, register_task
+from t2t.data.sources import DataNotFoundError, resolve_data_dir
+from t2t.data.task import default_output_features
 
 DEFAULT_SUFFIXES = (".txt", ".raw")
 _DOC_FILE = re.compile(r"^(readme|license|licence|copying)|_readme", re.IGNORECASE)
@@ -142,34 +140,34 @@ class TextFolderSource(Source):
         return f"text files under {self.folder}"
 
 
-def unsupervised_task(name: str, source: Source, objective: objectives.Objective = objectives.span_corruption,
+def unsupervised_task(name: str, source: Source, objective: preprocessors.Objective = preprocessors.span_corruption,
                       *, docs_per_group: int | None = None, description: str = "", **objective_options) -> Task:
     """A Task that turns ``source``'s ``{"text": ...}`` examples into ``objective`` training examples
     (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective). The objectives of
-    ``objectives.PER_DOCUMENT_OBJECTIVES`` (prefix LM, deshuffling) split each document on its own, as t5
+    ``t2t.preprocessors.PER_DOCUMENT_OBJECTIVES`` (prefix LM, deshuffling) split each document on its own, as t5
     does: ``docs_per_group`` is 1 for them."""
     if not callable(objective):
         raise T2TError(f"objective must be a function like t2t.data.objectives.span_corruption, got {objective!r}.")
-    if objective in objectives.PER_DOCUMENT_OBJECTIVES:
+    if objective in preprocessors.PER_DOCUMENT_OBJECTIVES:
         docs_per_group = 1
     # the full LM has no inputs (t5's c4_v220_full_lm has only "targets"): not even an EOS precedes the text
     features = ({"inputs": Feature(add_eos=False, required=False), "targets": Feature()}
-                if objective is objectives.full_lm else default_output_features())
+                if objective is preprocessors.full_lm else default_output_features())
     return Task(
         name=name,
         source=source,
         output_features=features,
-        preprocessors=(functools.partial(rekey, key_map={"inputs": None, "targets": "text"}),),
+        preprocessors=(functools.partial(preprocessors.rekey, key_map={"inputs": None, "targets": "text"}),),
         tokenized_preprocessors=(functools.partial(
-            concat_and_split, feature_key="targets", docs_per_group=docs_per_group,
-            length=functools.partial(objectives.chunk_length, objective=objective, **objective_options)),),
-        token_preprocessors=(functools.partial(objectives.denoise, objective=objective, **objective_options),),
+            preprocessors.concat_and_split, feature_key="targets", docs_per_group=docs_per_group,
+            length=functools.partial(preprocessors.chunk_length, objective=objective, **objective_options)),),
+        token_preprocessors=(functools.partial(preprocessors.denoise, objective=objective, **objective_options),),
         description=description or f"{objective.__name__} over {source.describe()}",
     )
 
 
 def text_files_task(name: str, folder: str | os.PathLike,
-                    objective: objectives.Objective = objectives.span_corruption, *,
+                    objective: preprocessors.Objective = preprocessors.span_corruption, *,
                     suffixes: Sequence[str] = DEFAULT_SUFFIXES, unit: str = "paragraph", register: bool = True,
                     aliases: Sequence[str] = (), **objective_options) -> Task:
     """A task applying ``objective`` to the text files under ``folder`` (see the module docstring);
@@ -181,8 +179,8 @@ def text_files_task(name: str, folder: str | os.PathLike,
 
 CORPUS_FOLDER = "corpus"
 
-text_files_task("corpus_span_corruption", CORPUS_FOLDER, objectives.span_corruption, aliases=("corpus",))
-for _name, _objective in objectives.OBJECTIVES.items():
+text_files_task("corpus_span_corruption", CORPUS_FOLDER, preprocessors.span_corruption, aliases=("corpus",))
+for _name, _objective in preprocessors.OBJECTIVES.items():
     if _name != "span_corruption":
         text_files_task(f"corpus_{_name}", CORPUS_FOLDER, _objective)
-text_files_task("corpus_full_lm", CORPUS_FOLDER, objectives.full_lm)
+text_files_task("corpus_full_lm", CORPUS_FOLDER, preprocessors.full_lm)

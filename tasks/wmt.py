@@ -27,11 +27,9 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from t2t.evaluation import metrics
-from t2t.errors import T2TError
-from t2t.data.preprocessors import translate
-from t2t.data.sources import HFDataset, LocalOrHub
-from t2t.data.task import Task, register_task
+from t2t import HFDataset, T2TError, Task, metrics, register_task
+from t2t.data.sources import LocalOrHub
+from t2t.preprocessors import translate
 
 _SEG = re.compile(r'<seg id="?\d+"?>(.*)</seg>')
 

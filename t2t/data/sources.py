@@ -1,4 +1,5 @@
-"""Where raw examples come from: Hugging Face datasets (hub or local), data files, Python data, local GLUE.
+"""Where raw examples come from: Hugging Face datasets (hub or local), data files, Python data, a benchmark's
+official files with the hub as fallback (``LocalOrHub``; GLUE's and SuperGLUE's readers live with their tasks).
 
 Every source has ``splits`` (a tuple, empty when only the dataset itself knows), ``load(split, data_dir)``
 returning an iterable of raw example dicts in source order, ``num_examples(split)`` (a declared size or
@@ -12,12 +13,9 @@ Data that cannot be found raises :class:`DataNotFoundError` (a ``T2TError``), so
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
-
-import numpy as np
+from typing import Callable, Iterable, Mapping, Sequence
 
 from t2t.errors import T2TError
 from t2t.hub import hub_failure
@@ -305,197 +303,16 @@ class LocalOrHub(Source):
         try:
             return self.hub.load(split, data_dir)
         except DataNotFoundError:
-            looked = " or ".join(" + ".join(map(str, g)) for g in self.files.get(split, ())) or "no local layout"
+            root = resolve_data_dir(data_dir)
+            looked = " or ".join(" + ".join(str(root / p if root else p) for p in group)
+                                 for group in self.files.get(split, ())) or "no local layout"
             raise DataNotFoundError(
-                f"no {self.what} {split} data: not under the data dir ({looked}; data dir "
-                f"{resolve_data_dir(data_dir) or 'unset'}) and {self.hub.describe()} could not be loaded; put the "
-                f"official files there and pass --data-dir, or reach the hub.") from None
+                f"no {self.what} {split} data: not under the data dir ({looked}; data dir {root or 'unset'}) and "
+                f"{self.hub.describe()} could not be loaded; put the official files there and pass --data-dir "
+                f"(or set T2T_DATA_DIR), or reach the hub.") from None
 
     def describe(self):
         return f"{self.what} (local files under the data dir or {self.hub.describe()})"
-
-
-# ------------------------------------------------------------------------------------------ local GLUE
-
-GLUE_HUB_ID = "nyu-mll/glue"
-
-# Label names per HF/TFDS GLUE config (class id = position); stsb is a regression task.
-GLUE_LABELS = {
-    "cola": ("unacceptable", "acceptable"),
-    "sst2": ("negative", "positive"),
-    "mrpc": ("not_equivalent", "equivalent"),
-    "qqp": ("not_duplicate", "duplicate"),
-    "stsb": None,
-    "mnli": ("entailment", "neutral", "contradiction"),
-    "mnli_matched": ("entailment", "neutral", "contradiction"),
-    "mnli_mismatched": ("entailment", "neutral", "contradiction"),
-    "qnli": ("entailment", "not_entailment"),
-    "rte": ("entailment", "not_entailment"),
-    "wnli": ("not_entailment", "entailment"),
-    "ax": ("entailment", "neutral", "contradiction"),
-}
-
-# Split sizes of HF nyu-mll/glue (== TFDS glue), so listings and rates need no data.
-GLUE_SIZES = {
-    "cola": {"train": 8551, "validation": 1043, "test": 1063},
-    "sst2": {"train": 67349, "validation": 872, "test": 1821},
-    "mrpc": {"train": 3668, "validation": 408, "test": 1725},
-    "qqp": {"train": 363846, "validation": 40430, "test": 390965},
-    "stsb": {"train": 5749, "validation": 1500, "test": 1379},
-    "mnli": {"train": 392702, "validation_matched": 9815, "validation_mismatched": 9832,
-             "test_matched": 9796, "test_mismatched": 9847},
-    "mnli_matched": {"validation": 9815, "test": 9796},
-    "mnli_mismatched": {"validation": 9832, "test": 9847},
-    "qnli": {"train": 104743, "validation": 5463, "test": 5463},
-    "rte": {"train": 2490, "validation": 277, "test": 3000},
-    "wnli": {"train": 635, "validation": 71, "test": 146},
-    "ax": {"test": 1104},
-}
-
-_STD = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
-# config → (folder under DIR/glue, {split: file}), as GLUE's download_glue_data.py writes them.
-GLUE_FILES = {
-    "cola": ("CoLA", _STD), "sst2": ("SST-2", _STD), "mrpc": ("MRPC", _STD), "qqp": ("QQP", _STD),
-    "stsb": ("STS-B", _STD), "qnli": ("QNLI", _STD), "rte": ("RTE", _STD), "wnli": ("WNLI", _STD),
-    "mnli": ("MNLI", {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
-                      "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
-                      "test_mismatched": "test_mismatched.tsv"}),
-    "mnli_matched": ("MNLI", {"validation": "dev_matched.tsv", "test": "test_matched.tsv"}),
-    "mnli_mismatched": ("MNLI", {"validation": "dev_mismatched.tsv", "test": "test_mismatched.tsv"}),
-    "ax": ("diagnostic", {"test": "diagnostic.tsv"}),
-}
-_AX_FOLDERS = ("diagnostic", "AX")
-
-# config → {HF field: TSV column name}; the label column is named separately.
-_GLUE_COLUMNS = {
-    "cola": ({"sentence": "sentence"}, "label"),
-    "sst2": ({"sentence": "sentence"}, "label"),
-    "mrpc": ({"sentence1": "#1 String", "sentence2": "#2 String"}, "Quality"),
-    "qqp": ({"question1": "question1", "question2": "question2"}, "is_duplicate"),
-    "stsb": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "score"),
-    "mnli": ({"premise": "sentence1", "hypothesis": "sentence2"}, "gold_label"),
-    "qnli": ({"question": "question", "sentence": "sentence"}, "label"),
-    "rte": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "label"),
-    "wnli": ({"sentence1": "sentence1", "sentence2": "sentence2"}, "label"),
-    "ax": ({"premise": "sentence1", "hypothesis": "sentence2"}, "label"),
-}
-_GLUE_COLUMNS["mnli_matched"] = _GLUE_COLUMNS["mnli_mismatched"] = _GLUE_COLUMNS["mnli"]
-_COLA_NO_HEADER = ("source", "label", "original_label", "sentence")  # CoLA train/dev have no header line
-
-
-def read_glue_tsv(path: PathLike, config: str) -> Iterator[dict]:
-    """Rows of one local GLUE TSV as HF ``nyu-mll/glue`` dicts (fields, int label or float score, ``idx``).
-
-    Read with ``csv`` and ``QUOTE_NONE`` (fields may begin with a quote), ``utf-8-sig`` (MRPC has a BOM);
-    a row with the wrong number of fields or a label outside the task's label set is an error naming the
-    file and line. Unlabeled rows (test files) get ``label = -1``.
-    """
-    path = Path(path)
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        try:
-            yield from _glue_examples(reader, path, config)
-        except UnicodeDecodeError as e:
-            raise T2TError(f"GLUE file {path} line {_first_non_utf8_line(path)} is not UTF-8 (byte "
-                           f"{e.object[e.start]:#04x}); re-download the file or convert it to UTF-8.") from None
-        except csv.Error as e:  # e.g. a field over csv's size limit (131,072 characters)
-            raise T2TError(f"GLUE file {path} line {reader.line_num} cannot be read as TSV ({e}); fix or "
-                           f"re-download the file.") from None
-
-
-def _first_non_utf8_line(path: Path) -> int:
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                return number
-    return 0
-
-
-def _glue_examples(reader, path: Path, config: str) -> Iterator[dict]:
-    fields, label_col = _GLUE_COLUMNS[config]
-    labels = GLUE_LABELS[config]
-    if config == "cola" and path.name != "test.tsv":
-        header = list(_COLA_NO_HEADER)
-    else:
-        header = next(reader, None)
-        if header is None:
-            raise T2TError(f"GLUE file {path} is empty; re-download it.")
-    missing = [c for c in fields.values() if c not in header]
-    if missing:
-        raise T2TError(f"GLUE file {path} has no column {missing[0]!r} in its header line ({' / '.join(header)}); "
-                       f"re-download it with GLUE's download script.")
-    cols = {name: header.index(col) for name, col in fields.items()}
-    label_at = header.index(label_col) if label_col in header else None
-    idx = 0
-    for row in reader:
-        if len(row) != len(header):
-            raise T2TError(f"GLUE file {path} line {reader.line_num} has {len(row)} tab-separated fields "
-                           f"instead of {len(header)}; fix or re-download the file.")
-        example = {name: row[i] for name, i in cols.items()}
-        example["label"] = -1 if label_at is None else _glue_label(row[label_at], labels, path, reader.line_num)
-        example["idx"] = idx
-        idx += 1
-        yield example
-
-
-def _glue_label(text: str, labels: tuple[str, ...] | None, path: Path, line: int):
-    try:
-        if labels is None:  # STS-B similarity score, float32 as in HF/TFDS GLUE
-            return float(np.float32(text))
-        if text in labels:
-            return labels.index(text)
-        value = int(text)
-        if 0 <= value < len(labels):
-            return value
-    except ValueError:
-        pass
-    allowed = "a number" if labels is None else f"one of {', '.join(labels)} or 0..{len(labels) - 1}"
-    raise T2TError(f"GLUE file {path} line {line} has label {text!r}, expected {allowed}; fix or re-download "
-                   f"the file.")
-
-
-class GlueSource(Source):
-    """A GLUE config (``cola``, ``sst2``, ..., ``mnli_matched``, ``ax``) read from ``DIR/glue/<Task>/*.tsv``
-    when the file is there, else from the hub (``nyu-mll/glue``); both give the same dict shape."""
-
-    def __init__(self, config: str, hub_path: str = GLUE_HUB_ID, splits: Sequence[str] | None = None):
-        if config not in GLUE_FILES:
-            raise T2TError(f"unknown GLUE config {config!r}; use one of {', '.join(GLUE_FILES)}.")
-        self.config = config
-        self.hub_path = hub_path
-        self.splits = tuple(splits or GLUE_FILES[config][1])  # a subset, e.g. WNLI's evaluation splits
-        self.sizes = dict(GLUE_SIZES[config])
-
-    def local_path(self, split: str, data_dir: PathLike | None = None) -> Path | None:
-        """The local TSV for ``split`` (existing or not), or None without a data dir."""
-        root = resolve_data_dir(data_dir)
-        if root is None:
-            return None
-        folder, files = GLUE_FILES[self.config]
-        candidates = [root / "glue" / f / files[split] for f in (_AX_FOLDERS if self.config == "ax" else (folder,))]
-        return next((c for c in candidates if c.is_file()), candidates[0])
-
-    def available(self, split: str, data_dir: PathLike | None = None) -> bool | None:
-        """True when the local TSV exists; None (unknown: the hub may have it) otherwise."""
-        path = self.local_path(split, data_dir)
-        return True if path is not None and path.is_file() else None
-
-    def load(self, split, data_dir=None):
-        if split not in self.splits:
-            raise T2TError(f"GLUE {self.config} has no split {split!r}; it has {', '.join(self.splits)}.")
-        path = self.local_path(split, data_dir)
-        if path is not None and path.is_file():
-            return read_glue_tsv(path, self.config)
-        where = "no data dir is set" if path is None else f"{path} does not exist"
-        return _load_dataset(self.hub_path, f"GLUE {self.config} {split} ({where}, so from the hub: "
-                                            f"{self.hub_path}/{self.config})",
-                             fix="put GLUE (download_glue_data.py layout) under <data dir>/glue/ and pass "
-                                 "--data-dir or set T2T_DATA_DIR", name=self.config, split=split)
-
-    def describe(self):
-        return f"GLUE {self.config} (local <data dir>/glue/{GLUE_FILES[self.config][0]} or hub {self.hub_path})"
 
 
 def _resolve(path: Path, data_dir: PathLike | None) -> Path:

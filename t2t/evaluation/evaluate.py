@@ -5,11 +5,11 @@ is_target)``), so numbers compare with the ``t5`` library's. What is reported an
 the result files, the paper's benchmark averages) is ``t2t.evaluation.results``.
 
 Inputs longer than ``input_length`` tokens (512, as T5 evaluates) are cut the way seqio trims them (EOS kept
-last) and counted. An unlabelled split (GLUE's and SuperGLUE's test sets: label -1, target ``<unk>``) gives
-predictions and no metrics, saying "no labels: no metrics" (scoring invalid predictions against invalid
-targets gave accuracies of 0 or 100). Predictions come from greedy/beam decoding, or with ``rank_classification`` from scoring
+last) and counted. Predictions come from greedy/beam decoding, or with ``rank_classification`` from scoring
 each of a task's ``rank_choices`` and taking the most likely (t5's rank classification). Each task reports
-its throughput (examples/s, tokens/s) with its results.
+its throughput (examples/s, tokens/s) with its results. An unlabelled split (GLUE's and SuperGLUE's test
+sets: label -1, target ``<unk>``) gives predictions and no metrics, saying "no labels: no metrics" (scoring
+invalid predictions against invalid targets gave accuracies of 0 or 100).
 
 A run dir stands for its newest checkpoint at the moment it is read: evaluation pins one step folder, reads
 the step from inside it (trainer_state.json) and re-reads the newest one if a running t2t-train rotates the

@@ -11,7 +11,8 @@ import pytest
 from t2t.evaluation import metrics
 from t2t.errors import T2TError
 from t2t.data.preprocessors import stsb_target, string_label_to_class_id, string_to_float
-from t2t.data.sources import GLUE_SIZES, DataNotFoundError, GlueSource
+from t2t.data.sources import DataNotFoundError
+from t2t.tasks.glue import GLUE_SIZES, GlueSource
 from t2t.data.task import get_mixture, get_task, get_task_or_mixture
 
 N_ROWS = 300

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from t2t.errors import T2TError
-from t2t.data.sources import (CsvFiles, DataFiles, DataNotFoundError, DiskDataset, GeneratorSource, GlueSource, HFDataset,
-                         HubUnreachableError, InMemorySource, JsonlFiles, TextFiles, TsvFiles, read_glue_tsv,
-                         resolve_data_dir)
+from t2t.data.sources import (CsvFiles, DataFiles, DataNotFoundError, DiskDataset, GeneratorSource, HFDataset,
+                              HubUnreachableError, InMemorySource, JsonlFiles, TextFiles, TsvFiles, resolve_data_dir)
+from t2t.tasks.glue import GlueSource, read_glue_tsv
 
 ROWS = [{"text": "a fine film", "label": "positive"}, {"text": "dull", "label": "negative"}]
 

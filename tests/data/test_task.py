@@ -296,3 +296,38 @@ def test_evaluation_decodes_at_most_the_tasks_target_length():
     assert decode_length(get_task("cnn_dailymail"), examples) == 512
     assert decode_length(in_memory_task("t", {"train": ROWS}), examples) == 938
     assert decode_length(get_task("cnn_dailymail"), examples[:1]) == 3
+
+
+# ---------------------------------------------------------------------------------------------- built-in modules
+
+ROOT = Path(__file__).parents[2]
+# internal paths whose public names a user imports from t2t, t2t.preprocessors or t2t.metrics instead
+PUBLIC_PATHS = {"t2t.data.task": "t2t", "t2t.data.sources": "t2t", "t2t.errors": "t2t",
+                "t2t.data.preprocessors": "t2t.preprocessors", "t2t.data.objectives": "t2t.preprocessors",
+                "t2t.evaluation.metrics": "t2t.metrics"}
+
+
+def test_builtin_tasks_and_mixtures_import_what_a_user_would():
+    """tasks/ and mixtures/ take every name the public surface has from it (``from t2t import Task, metrics``),
+    as a user's task module does; only what it lacks comes from an internal module."""
+    import ast
+    import importlib
+    import t2t
+    wrong = []
+    for path in sorted([*(ROOT / "tasks").glob("*.py"), *(ROOT / "mixtures").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "t2t.evaluation" or (
+                    isinstance(node, ast.ImportFrom) and node.module == "t2t.data"):
+                wrong += [f"{path.name}: {node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module in PUBLIC_PATHS:
+                public = importlib.import_module(PUBLIC_PATHS[node.module])
+                wrong += [f"{path.name}: {a.name} from {node.module}" for a in node.names
+                          if hasattr(public, a.name) and (public is not t2t or a.name in t2t.__all__)]
+    assert not wrong
+
+
+def test_glues_reader_labels_and_sizes_live_with_its_tasks():
+    import t2t.data.sources as sources
+    import t2t.tasks.glue as glue
+    for name in ("GlueSource", "read_glue_tsv", "GLUE_LABELS", "GLUE_SIZES", "GLUE_FILES", "GLUE_HUB_ID"):
+        assert hasattr(glue, name) and not hasattr(sources, name), name
