@@ -119,7 +119,7 @@ class Task:
                                f"got {feat!r}.")
         if self.sequence_length is not None and not (
                 isinstance(self.sequence_length, Mapping) and set(self.sequence_length) == {"inputs", "targets"}
-                and all(_is_number(v) and int(v) == v and v > 0 for v in self.sequence_length.values())):
+                and all(_is_plain_number(v) and int(v) == v and v > 0 for v in self.sequence_length.values())):
             raise T2TError(f"task {self.name!r}: sequence_length must be {{'inputs': N, 'targets': M}} with positive "
                            f"whole numbers, got {self.sequence_length!r}.")
         if not hasattr(self.source, "load"):
@@ -327,7 +327,7 @@ class Mixture:
     def proportional(self) -> bool:
         """Whether any of its rates (member mixtures' included) is examples-proportional, so that §3.5.2's
         limit K and temperature T (``task_rates``' ``maximum`` and ``temperature``) change something."""
-        _load_builtins_once()
+        load_builtin_modules()
         return any(is_proportional(rate) or (name not in TASKS and name in MIXTURES
                                              and MIXTURES.get(name).proportional())
                    for name, rate in self.tasks)
