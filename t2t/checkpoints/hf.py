@@ -10,10 +10,11 @@ the file, never code executed).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from safetensors.torch import save_file
@@ -26,6 +27,8 @@ from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5, ModelConfig
 from t2t.data.vocab import SentencePieceVocabulary
 from t2t.hub import hub_failure
+
+logger = logging.getLogger(__name__)
 
 HF_MODEL_TYPES = ("t5", "mt5")  # mT5 is T5 1.1 under another name
 _HF_DENSE = "DenseReluDense"
@@ -281,7 +284,8 @@ def _hub_error(repo_id: str, e: Exception) -> T2TError:
 
 
 GENERATION_FILE = "generation_config.json"
-TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json")
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_FILES = ("spiece.model", TOKENIZER_JSON, "tokenizer_config.json")
 _EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, *TOKENIZER_FILES}
 
 
@@ -346,11 +350,105 @@ def _checked_vocabulary(vocabulary: Any, cfg: ModelConfig) -> SentencePieceVocab
 
 
 def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
-    """spiece.model + tokenizer_config.json as transformers' T5Tokenizer reads them: pad 0, EOS 1, unk 2,
-    and ``extra_ids`` sentinels ``<extra_id_N>`` counted down from the last id, as in t2t. ``legacy: false``
-    tokenizes text right after a sentinel as seqio does (transformers PR 24565; transformers 5's
-    T5Tokenizer ignores it and inserts a "▁" there, e.g. before the "." of "<extra_id_0>.")."""
+    """spiece.model, tokenizer.json and tokenizer_config.json: pad 0, EOS 1, unk 2, and ``extra_ids`` sentinels
+    ``<extra_id_N>`` counted down from the last id, as in t2t.
+
+    tokenizer.json (a ``tokenizers`` file, as Hugging Face's own T5 folders have) is what ``AutoTokenizer``
+    loads with transformers alone; without it transformers converts spiece.model and needs protobuf. The
+    config names ``PreTrainedTokenizerFast`` rather than ``T5Tokenizer``, because transformers 5's T5Tokenizer
+    replaces the file's pre-tokenizer with one that puts a "▁" after every sentinel ("<extra_id_0>." gets an
+    extra id), while this file encodes as seqio does. A BPE vocabulary has no such file (its merges are not in
+    the .model): its config names ``T5Tokenizer``, which converts spiece.model (protobuf needed)."""
     write_with(out / "spiece.model", lambda p: Path(p).write_bytes(vocabulary.model_bytes))
-    write_text(out / "tokenizer_config.json", json.dumps(
-        {"tokenizer_class": "T5Tokenizer", "extra_ids": vocabulary.extra_ids, "eos_token": "</s>",
-         "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512, "legacy": False}, indent=2))
+    special = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512,
+               "extra_ids": vocabulary.extra_ids,
+               "additional_special_tokens": [f"<extra_id_{i}>" for i in range(vocabulary.extra_ids)]}
+    spec = sentencepiece_spec(vocabulary.model_bytes)
+    (out / TOKENIZER_JSON).unlink(missing_ok=True)  # an earlier export's, for another vocabulary
+    if spec["model_type"] != _SPM_UNIGRAM:
+        logger.warning("the vocabulary %s is not a unigram model, so the export has no tokenizer.json; "
+                       "AutoTokenizer will need sentencepiece and protobuf to read spiece.model", vocabulary.path)
+        config = {"tokenizer_class": "T5Tokenizer", "legacy": False, **special}
+    else:
+        write_text(out / TOKENIZER_JSON, fast_tokenizer(vocabulary, spec).to_str())
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **special}
+    write_text(out / "tokenizer_config.json", json.dumps(config, indent=2))
+
+
+def fast_tokenizer(vocabulary: SentencePieceVocabulary, spec: Mapping[str, Any]) -> Any:
+    """A ``tokenizers.Tokenizer`` that gives ``vocabulary.encode(text) + [EOS]``, sentinels included.
+
+    SentencePiece's unigram model with its scores, its normalisation (the precompiled charsmap, then spaces
+    stripped at the end and collapsed), a "▁" prefix at the start of the text only, and the sentinels as special
+    tokens. Text between two sentinels keeps its leading space, which becomes the "▁" that seqio's sentinel
+    piece ("▁<extra_id_N>", see t2t.data.vocab) leaves for the next word ("<extra_id_0> cat" is "▁cat",
+    "<extra_id_0>." is "."), and loses its trailing one, which the sentinel piece takes."""
+    try:
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+        from tokenizers.models import Unigram
+    except ImportError:
+        raise T2TError("writing tokenizer.json needs the tokenizers package; pip install 't2t[hf]'.") from None
+    sp, base = vocabulary.tokenizer, vocabulary.base_vocab_size
+    sentinels = [f"<extra_id_{i}>" for i in reversed(range(vocabulary.extra_ids))]
+    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(base)] + [(s, 0.0) for s in sentinels]
+    tokenizer = Tokenizer(Unigram(pieces, unk_id=vocabulary.unk_id, byte_fallback=bool(spec["byte_fallback"])))
+    steps = [normalizers.Precompiled(spec["precompiled_charsmap"])] if spec["precompiled_charsmap"] else []
+    if spec["remove_extra_whitespaces"]:
+        steps += [normalizers.Replace(Regex(" +$"), ""), normalizers.Replace(Regex(" {2,}"), " ")]
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    prepend = "first" if spec["add_dummy_prefix"] else "never"
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend, split=True)
+    metaspace = decoders.Metaspace(replacement="▁", prepend_scheme=prepend, split=True)
+    tokenizer.decoder = (decoders.Sequence([decoders.ByteFallback(), metaspace]) if spec["byte_fallback"]
+                         else metaspace)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"], special_tokens=[("</s>", vocabulary.eos_id)])
+    specials = [sp.id_to_piece(i) for i in (vocabulary.pad_id, vocabulary.eos_id, vocabulary.unk_id)]
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials + sentinels])
+    return tokenizer
+
+
+# A SentencePiece ModelProto read without protobuf: trainer_spec is field 2 (model_type 3, byte_fallback 35),
+# normalizer_spec field 3 (precompiled_charsmap 2, add_dummy_prefix 3, remove_extra_whitespaces 4).
+_SPM_UNIGRAM = 1
+_SPM_FIELDS = {2: {3: "model_type", 35: "byte_fallback"},
+               3: {2: "precompiled_charsmap", 3: "add_dummy_prefix", 4: "remove_extra_whitespaces"}}
+_SPM_DEFAULTS = {"model_type": _SPM_UNIGRAM, "byte_fallback": 0, "precompiled_charsmap": b"",
+                 "add_dummy_prefix": 1, "remove_extra_whitespaces": 1}
+
+
+def sentencepiece_spec(model_bytes: bytes) -> dict[str, Any]:
+    """The settings of a serialized SentencePiece model that tokenizer.json needs (protobuf's defaults where
+    a field is absent). The bytes were already loaded by SentencePiece, so they are well formed."""
+    spec = dict(_SPM_DEFAULTS)
+    for field, message in _proto_fields(model_bytes):
+        names = _SPM_FIELDS.get(field, {})
+        spec.update((names[f], v) for f, v in _proto_fields(message) if f in names)
+    return spec
+
+
+def _proto_fields(buffer: bytes) -> Iterator[tuple[int, Any]]:
+    """(field number, value) of each field of a protobuf message: an int or the bytes of a length field."""
+    i = 0
+    while i < len(buffer):
+        key, i = _read_varint(buffer, i)
+        wire = key & 7
+        if wire == 0:
+            value, i = _read_varint(buffer, i)
+        elif wire == 2:
+            size, i = _read_varint(buffer, i)
+            value, i = buffer[i:i + size], i + size
+        else:  # fixed 64 (1) or fixed 32 (5) bits: scores, floats
+            size = 8 if wire == 1 else 4
+            value, i = buffer[i:i + size], i + size
+        yield key >> 3, value
+
+
+def _read_varint(buffer: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buffer[i]
+        value |= (byte & 0x7F) << shift
+        shift, i = shift + 7, i + 1
+        if not byte & 0x80:
+            return value, i

@@ -20,7 +20,7 @@ then, in Python: T5ForConditionalGeneration.from_pretrained("exported/glue-small
 def parser() -> argparse.ArgumentParser:
     p = new_parser("t2t-export", "Write a run's model and vocabulary as a Hugging Face T5 folder "
                    "(model.safetensors, config.json, generation_config.json, spiece.model, "
-                   "tokenizer_config.json) that transformers' T5ForConditionalGeneration and AutoTokenizer "
+                   "tokenizer.json, tokenizer_config.json) that transformers' T5ForConditionalGeneration and AutoTokenizer "
                    "load with from_pretrained.", EXAMPLES)
     p.add_argument("--checkpoint", required=True, help="a run's output dir (its latest checkpoint) or one "
                                                        "step_* checkpoint")

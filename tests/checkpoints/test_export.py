@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers", reason="export tests load the result with transformers")
-pytest.importorskip("google.protobuf", reason="transformers needs protobuf to read spiece.model")
 
 from t2t import cli  # noqa: E402
 from t2t import config  # noqa: E402
@@ -23,17 +24,16 @@ from t2t.checkpoints.hf import to_hf  # noqa: E402
 from t2t.models.t5 import T5, resolve_model_config  # noqa: E402
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary  # noqa: E402
 from t2t.training.train import TrainConfig, train  # noqa: E402
-from t2t.data.vocab import SentencePieceVocabulary  # noqa: E402
+from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)
 
 SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "the baker opened her shop",
              "the river runs to the sea", "children play in the garden", "the old man reads a book"]
-# T5-style text: sentinels stand between words, as span corruption writes them (see _write_tokenizer for
-# where transformers 5's tokenizer differs: a sentinel glued to the next character)
+# T5-style text: sentinels between words, as span corruption writes them, and glued to the next character
 SAMPLES = ["copy: the quick brown fox", "the <extra_id_0> dog ran <extra_id_1> park", "<extra_id_0> cat <extra_id_1>",
-           "numbers 3.75 and -12.5, twenty-three years", "end <extra_id_99>"]
+           "numbers 3.75 and -12.5, twenty-three years", "end <extra_id_99>", "the <extra_id_0>. dog"]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_export_refuses_a_folder_with_other_files_and_a_vocabulary_too_large(tmp
     assert export("--checkpoint", str(run), "--to", "hf", str(out)) == 0
     assert export("--checkpoint", str(run), "--to", "hf", str(out)) == 0  # an earlier export is replaced
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
-                                                    "spiece.model", "tokenizer_config.json"]
+                                                    "spiece.model", "tokenizer.json", "tokenizer_config.json"]
 
     small = random_run(tmp_path / "small", tiny_vocabulary(), vocab_size=256)  # 484 ids > 256 embeddings
     with pytest.raises(T2TError, match="has 484 ids but the model only 256 embeddings"):
@@ -140,3 +140,66 @@ def test_export_vocab_flag_overrides_the_runs_and_says_so(tmp_path, capsys):
     shutil.copyfile(vocab.path, other)
     assert export("--checkpoint", str(run), "--to", "hf", str(tmp_path / "hf"), "--vocab", str(other)) == 0
     assert f"using --vocab {other} instead of the run's vocabulary ({vocab.path})" in capsys.readouterr().out
+
+
+# AutoTokenizer in a python that cannot import protobuf (as after `pip install transformers` alone): the ids of
+# each line of stdin, as JSON
+_NO_PROTOBUF_TOKENIZER = """
+import json, sys
+sys.modules["google.protobuf"] = None  # import google.protobuf raises ImportError from here on
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+print(json.dumps([tokenizer(line).input_ids for line in sys.stdin.read().split("\\n")]))
+"""
+
+
+def ids_without_protobuf(export_dir: Path, texts: list[str]) -> list[list[int]]:
+    done = subprocess.run([sys.executable, "-c", _NO_PROTOBUF_TOKENIZER, str(export_dir)], input="\n".join(texts),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def real_sentences(data_dir: Path) -> list[str]:
+    """RTE dev premises with sentinels where span corruption puts them, and where users type them: glued to
+    punctuation, at the start and end, two in a row, with runs of spaces."""
+    rows = (data_dir / "glue" / "RTE" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:41]
+    sentences = [row.split("\t")[1] for row in rows]
+    with_sentinels = []
+    for i, sentence in enumerate(sentences[:20]):
+        words = sentence.split(" ")
+        words[len(words) // 2] = f"<extra_id_{i}>"
+        with_sentinels.append(" ".join(words) + f" <extra_id_{99 - i}>.")
+    return sentences + with_sentinels + [
+        "<extra_id_0>, said the <extra_id_1>'s owner", "<extra_id_0> <extra_id_1>  two  spaces <extra_id_2>",
+        "  leading and trailing  ", "Ünïcödé façade, naïve café ½ ﬁ", "translate English to German: That is good."]
+
+
+@pytest.mark.integration
+def test_exported_tokenizer_json_gives_t2ts_ids_without_protobuf(t5_vocab_path, data_dir, tmp_path):
+    vocab = SentencePieceVocabulary(t5_vocab_path)
+    assert export("--checkpoint", str(random_run(tmp_path, vocab)), "--to", "hf", str(tmp_path / "hf")) == 0
+    tokenizer = json.loads((tmp_path / "hf" / "tokenizer.json").read_text())
+    assert {t["content"]: t["id"] for t in tokenizer["added_tokens"]}["<extra_id_0>"] == 32099
+    texts = real_sentences(data_dir)
+    assert ids_without_protobuf(tmp_path / "hf", texts) == [vocab.encode(t) + [vocab.eos_id] for t in texts]
+
+
+@pytest.mark.integration
+def test_exported_tokenizer_of_a_custom_vocabulary_without_protobuf(tmp_path):
+    vocab = tiny_vocabulary()
+    run = random_run(tmp_path, vocab, vocab_size=512)
+    assert export("--checkpoint", str(run), "--to", "hf", str(tmp_path / "hf")) == 0
+    texts = SAMPLES + ["the <extra_id_0>. dog <extra_id_1>, ran", "jam <extra_id_0>ly", "Quiet  please <extra_id_7>"]
+    assert ids_without_protobuf(tmp_path / "hf", texts) == [vocab.encode(t) + [vocab.eos_id] for t in texts]
+
+
+def test_export_of_a_bpe_vocabulary_has_no_tokenizer_json_and_says_so(tmp_path, caplog):
+    bpe = SentencePieceVocabulary(train_vocabulary(iter(SENTENCES * 20), tmp_path / "bpe", vocab_size=60,
+                                                   model_type="bpe", num_threads=1, character_coverage=1.0))
+    run = random_run(tmp_path, bpe, vocab_size=256)
+    with caplog.at_level(logging.WARNING, logger="t2t.checkpoints.hf"):
+        assert export("--checkpoint", str(run), "--to", "hf", str(tmp_path / "hf")) == 0
+    assert not (tmp_path / "hf" / "tokenizer.json").exists()
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["tokenizer_class"] == "T5Tokenizer"
+    assert "is not a unigram model, so the export has no tokenizer.json" in caplog.text
