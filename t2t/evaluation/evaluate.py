@@ -136,8 +136,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
         summary = results.write_summary(out_dir, item.name, scores, averages, skipped, stamp)
     if scores:
         print(results.format_table(scores, undefined, averages))
-    print(f"wrote <task>.metrics.json and <task>.predictions.jsonl per task" +
-          (f" and {summary.name}" if summary else "") + f" to {out_dir}")
+    print(results.format_written(out_dir, [task.name for task in tasks], summary))
     return scores
 
 

@@ -230,6 +230,13 @@ def write_task_result(out_dir: Path, task: str, metrics: Mapping[str, float], un
     return path
 
 
+def format_written(out_dir: Path, tasks: list[str], summary: Path | None = None) -> str:
+    """The line naming the files one evaluation wrote: each task's two, then the mixture's summary."""
+    names = [f"{task}.{kind}" for task in tasks for kind in ("metrics.json", "predictions.jsonl")]
+    names += [summary.name] if summary else []
+    return f"wrote {', '.join(names[:-1])} and {names[-1]} to {out_dir}"
+
+
 def write_summary(out_dir: Path, name: str, results: Mapping[str, Mapping[str, float]],
                   averages: Mapping[str, dict], skipped: Mapping[str, str], evaluation: Mapping) -> Path:
     """``<name>.summary.json``: this evaluation's tasks only, the benchmark averages and what was skipped."""

@@ -65,6 +65,7 @@ def test_each_task_writes_its_own_results_stamped_with_the_step(small_glue, caps
     # the random model predicts one constant score: the table says so instead of n/a
     assert "pearson_corrcoef   predictions constant: correlation undefined" in table
     out = small_glue / "run" / "eval" / "validation"
+    assert f"wrote glue_stsb_v002.metrics.json and glue_stsb_v002.predictions.jsonl to {out}\n" in table
     stsb = json.loads((out / "glue_stsb_v002.metrics.json").read_text())
     assert stsb["step"] == 7 and stsb["split"] == "validation" and stsb["evaluated_at"]
     assert stsb["metrics"] == {"pearson_corrcoef": None, "spearman_corrcoef": None}
@@ -97,6 +98,8 @@ def test_a_mixture_summary_lists_this_evaluations_tasks_and_the_average(small_gl
     table = capsys.readouterr().out
     assert "GLUE average over glue_stsb_v002, glue_rte_v002; not evaluated: glue_cola_v002" in table
     out = small_glue / "run" / "eval" / "validation"
+    assert (f"wrote glue_stsb_v002.metrics.json, glue_stsb_v002.predictions.jsonl, glue_rte_v002.metrics.json, "
+            f"glue_rte_v002.predictions.jsonl and glue_v002_proportional.summary.json to {out}\n") in table
     summary = json.loads((out / "glue_v002_proportional.summary.json").read_text())
     assert set(summary["tasks"]) == {"glue_stsb_v002", "glue_rte_v002"} and summary["step"] == 7
     assert summary["benchmarks"]["glue"]["tasks"] == ["glue_stsb_v002", "glue_rte_v002"]
