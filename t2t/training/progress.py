@@ -8,15 +8,20 @@ import os
 import sys
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from t2t.checkpoints.durable import append_line, write_error
 from t2t.errors import T2TError
+from t2t.evaluation.results import jsonable
 from t2t.terminal import on_terminal
 
 
 class MetricsLog:
     """One JSON object per logged step in ``metrics.jsonl``, appended line by line (never rewritten).
+
+    An undefined value (a NaN loss, the correlation of constant predictions) is ``null``, as in the
+    evaluation's result files: a bare ``NaN`` is not JSON, and strict readers (``jq``, JavaScript) reject it.
 
     On resume, records after the checkpoint's step are cut off (they will be logged again), so the file
     of a stopped-and-resumed run reads like that of a run that never stopped. A torn last line (a write cut
@@ -39,7 +44,7 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         if self.enabled:
             try:
-                append_line(self.path, json.dumps(record))
+                append_line(self.path, json.dumps(jsonable(record), allow_nan=False))
             except OSError as e:
                 raise write_error(e, str(self.path)) from None
 
@@ -111,29 +116,40 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> None:
     records = read_metrics(metrics_path)
     if not records:
         return
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    tmp = png_path.with_suffix(".tmp.png")
+    try:
+        metrics_figure(records).savefig(tmp, dpi=100)
+    except OSError as e:
+        raise write_error(e, str(png_path)) from None
+    tmp.replace(png_path)
 
+
+def metrics_figure(records: list[dict]) -> Figure:
+    """One panel per logged value; ``null`` (undefined) values are left out and counted in the title, and a
+    value undefined at every step is a panel that says "undefined" instead of an empty plot."""
     evals = sorted({k for r in records for k in r if k.startswith("eval/")})
     panels = ["loss"] + evals
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
+    fig = Figure(figsize=(4.5 * cols, 3.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, key in zip(axes.flat, panels):
-        points = [(r["step"], r[key]) for r in records if key in r]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="." if len(points) < 50 else None)
-        ax.set_title(key.removeprefix("eval/"))
+        logged = [(r["step"], r[key]) for r in records if key in r]
+        points = [(step, value) for step, value in logged if value is not None]
+        title = key.removeprefix("eval/")
+        if len(points) < len(logged):
+            title += f" (undefined at {len(logged) - len(points)} of {len(logged)} steps)"
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="." if len(points) < 50 else None)
+            ax.grid(alpha=0.3)
+        else:
+            ax.text(0.5, 0.5, "undefined", ha="center", va="center", fontsize=14, color="0.4",
+                    transform=ax.transAxes)
+            ax.set_yticks([])
+            ax.set_xlim(logged[0][0] - 0.5, logged[-1][0] + 0.5)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
-    tmp = png_path.with_suffix(".tmp.png")
-    try:
-        fig.savefig(tmp, dpi=100)
-    except OSError as e:
-        raise write_error(e, str(png_path)) from None
-    finally:
-        plt.close(fig)
-    tmp.replace(png_path)
+    return fig

@@ -1,0 +1,46 @@
+"""metrics.jsonl and metrics.png: undefined values are JSON null and panels that say so."""
+
+import json
+import math
+
+from t2t.training.progress import MetricsLog, metrics_figure, plot_metrics
+
+
+def strict_json(line: str):
+    """json.loads that refuses NaN and Infinity, as JSON itself (and jq, JavaScript) does."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_undefined_values_are_null_in_metrics_jsonl(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write({"step": 1, "loss": float("nan"), "eval/stsb/pearson_corrcoef": float("nan"),
+               "eval/rte/accuracy": 50.0})
+    log.write({"step": 2, "loss": 1.5, "eval/stsb/pearson_corrcoef": float("inf")})
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [strict_json(line) for line in lines] == log.records() == [
+        {"step": 1, "loss": None, "eval/stsb/pearson_corrcoef": None, "eval/rte/accuracy": 50.0},
+        {"step": 2, "loss": 1.5, "eval/stsb/pearson_corrcoef": None}]
+
+
+RECORDS = [{"step": s, "loss": 4.0 / s, "eval/stsb/pearson_corrcoef": None,
+            "eval/cb/f1": None if s == 2 else 10.0 * s} for s in (1, 2, 3)]
+
+
+def test_a_metric_undefined_at_every_step_is_a_panel_that_says_undefined():
+    loss, f1, pearson = metrics_figure(RECORDS).axes[:3]  # eval panels sorted by name
+    assert [t.get_text() for t in pearson.texts] == ["undefined"] and not pearson.lines
+    assert list(pearson.get_yticks()) == []  # no made-up ±0.04 axis
+    assert pearson.get_title() == "stsb/pearson_corrcoef (undefined at 3 of 3 steps)"
+    assert f1.get_title() == "cb/f1 (undefined at 1 of 3 steps)"
+    assert list(f1.lines[0].get_xdata()) == [1, 3] and list(f1.lines[0].get_ydata()) == [10.0, 30.0]
+    assert loss.get_title() == "loss" and not loss.texts and len(loss.lines[0].get_xdata()) == 3
+
+
+def test_plot_metrics_reads_the_nulls_it_wrote(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    for record in RECORDS:
+        log.write({k: math.nan if v is None else v for k, v in record.items()})
+    plot_metrics(log.path, tmp_path / "metrics.png")
+    assert (tmp_path / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
