@@ -188,14 +188,14 @@ def _clean_up_interrupted_saves(run_dir: Path) -> None:
 def base_reference(init_from: str, resumed_from: Path | None = None) -> str:
     """What a trained-only checkpoint names as its base: the base its run started from (recorded in
     ``resumed_from``, when resuming one), else a run dir's current latest checkpoint (so that training the
-    base further does not change it) or a folder as an absolute path; a hub id as it is."""
+    base further does not change it) or a folder or file as an absolute path; a hub id as it is."""
     if resumed_from is not None and (resumed_from / BASE_FILE).is_file():
         return read_json(resumed_from / BASE_FILE, "base reference")["base"]
     path = Path(init_from)
-    if not path.is_dir():
-        return init_from
-    latest = None if (path / CONFIG_FILE).is_file() else latest_checkpoint(path)
-    return str((latest or path).resolve())
+    if not path.exists():
+        return init_from  # a hub id
+    latest = latest_checkpoint(path) if path.is_dir() and not (path / CONFIG_FILE).is_file() else None
+    return str((latest or path).resolve())  # a t5x checkpoint file too
 
 
 def _yaml_safe(obj: Any) -> Any:

@@ -29,6 +29,21 @@ _T5X_PROJ = {"query": "q", "key": "k", "value": "v", "out": "o", "wi": "wi", "wi
              "wo": "wo"}
 
 
+CHECKPOINT_FILE = "checkpoint"  # t5x's checkpoint_N/checkpoint
+_MSGPACK_MAPS = {*range(0x80, 0x90), 0xDE, 0xDF}  # fixmap, map 16, map 32
+
+
+def is_t5x_file(path: Path) -> bool:
+    """Whether the file ``path`` starts as a Flax msgpack checkpoint does: a map with an ``optimizer`` key
+    among its first (t5x writes ``{version, optimizer}``)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise T2TError(f"cannot read {path}: {e.strerror or e}; check that it is readable.") from None
+    return bool(head) and head[0] in _MSGPACK_MAPS and b"optimizer" in head
+
+
 def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
     """A t2t model from a t5x checkpoint in Flax's msgpack format (a ``checkpoint`` file, or the folder
     holding one). The architecture is read off the weight shapes; T5 1.1-style models (gated-GELU, separate
@@ -40,7 +55,7 @@ def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
         raise T2TError("reading t5x checkpoints needs the msgpack package; pip install msgpack.") from None
     file = Path(path)
     if file.is_dir():
-        file = file / "checkpoint"
+        file = file / CHECKPOINT_FILE
     try:
         raw = file.read_bytes()
     except OSError as e:

@@ -48,7 +48,7 @@ METRICS_FILE = "metrics.jsonl"
 class TrainConfig:
     mixture: str = ""                 # a task or mixture name (--task / --mixture)
     model: str | dict | None = None   # preset in configs/models or a config file, or {preset: NAME, <field>: value}; None: t5-small, or init_from's model
-    init_from: str | None = None      # our checkpoint or run dir, a Hugging Face T5 folder or hub id
+    init_from: str | None = None      # our checkpoint or run dir, a Hugging Face T5 folder or hub id, a t5x checkpoint
     vocab: str | None = None          # SentencePiece .model (resuming: the run's spiece.model)
     data_dir: str | None = None       # root of local data copies (default: $T2T_DATA_DIR)
     output_dir: str = "runs/t2t"      # the run folder; training again in it resumes

@@ -520,6 +520,41 @@ def test_from_t5x_damaged_file(t5x_file, tmp_path):
     assert "nope" in str(e.value)
 
 
+def test_load_model_and_init_from_take_a_t5x_file_or_its_folder(t5x_file, t5_vocab_path, tmp_path):
+    from t2t import config
+    from t2t.testing import in_memory_task, temporarily_registered
+    from t2t.training.train import TrainConfig, train
+
+    direct = t5x.from_t5x(t5x_file)
+    folder = tmp_path / "checkpoint_0"  # t5x's layout: checkpoint_N/checkpoint
+    folder.mkdir()
+    shutil.copyfile(t5x_file, folder / "checkpoint")
+    for source in (t5x_file, folder, str(folder)):
+        loaded = load_model(source)
+        assert loaded.config == direct.config
+        assert all(torch.equal(value, direct.state_dict()[key]) for key, value in loaded.state_dict().items())
+
+    rows = [{"inputs": "copy: a cat", "targets": "a cat"}] * 4
+    settings = config.from_dict(TrainConfig, dict(
+        mixture="t5x_copy", init_from=str(t5x_file), vocab=str(t5_vocab_path),
+        output_dir=str(tmp_path / "run"), train_steps=1, batch_size=2, input_length=8, target_length=8,
+        pack=False, log_every=1, optimizer={"name": "adamw", "learning_rate": 1e-3}))
+    with temporarily_registered(in_memory_task("t5x_copy", {"train": rows})):
+        train(settings)
+    trained = load_model(tmp_path / "run")
+    assert trained.config.d_model == 8 and trained.config.vocab_size == 32128
+    assert checkpoint.read_settings(tmp_path / "run")["init_from"] == str(t5x_file)
+    # a trained-only checkpoint names the file as its base from anywhere
+    assert checkpoint.base_reference(os.path.relpath(t5x_file)) == str(t5x_file.resolve())
+
+
+def test_a_file_that_is_no_t5x_checkpoint_is_one_sentence(tmp_path):
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"PK\x03\x04 a zip file")
+    with pytest.raises(T2TError, match=f"{other} is a file but not a t5x checkpoint; pass a checkpoint folder"):
+        load_model(other)
+
+
 def test_from_t5x_without_msgpack(monkeypatch, tmp_path):
     import sys
 
