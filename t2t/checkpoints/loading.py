@@ -91,3 +91,16 @@ def _read_model_config(path: Path) -> ModelConfig:
                        f"edited or is corrupt, so restore it from a copy.") from None
     except T2TError as e:
         raise T2TError(f"model config {path} is invalid: {str(e).rstrip('.')}.") from None
+
+
+def read_model_config(path_or_id: str | os.PathLike) -> ModelConfig:
+    """The ModelConfig of what ``load_model`` loads, read from its config.json where it has one (our
+    checkpoints and run dirs, Hugging Face folders) and from the loaded model otherwise (t5x, hub ids)."""
+    path = Path(path_or_id)
+    if path.is_dir() and not (path / CONFIG_FILE).is_file():
+        path = latest_checkpoint(path) or path
+    if not (path / CONFIG_FILE).is_file():
+        return load_model(path_or_id).config
+    data = read_json(path / CONFIG_FILE, "model config")
+    return hf.model_config_from_hf(data, path / CONFIG_FILE) if "model_type" in data else \
+        _read_model_config(path / CONFIG_FILE)

@@ -7,8 +7,10 @@ import shlex
 from pathlib import Path
 
 from t2t import config
-from t2t.cli.common import Flag, add_flags, add_settings, new_parser, print_settings, resolve, run_cli
+from t2t.cli import train as train_cli
+from t2t.cli.common import TASK, Flag, add_flags, add_settings, new_parser, print_settings, resolve, run_cli
 from t2t.training.study import StudyConfig, run_study
+from t2t.training.train import TrainConfig
 
 
 def comma_list(text: str) -> list[str]:
@@ -43,6 +45,11 @@ def settings(args: argparse.Namespace) -> StudyConfig:
     return resolve(StudyConfig, args, FLAGS, kind="studies")
 
 
+def train_settings(argv: list[str]) -> TrainConfig:
+    """What t2t-train makes of ``argv`` (a study run's arguments), for the study's checks before it starts."""
+    return resolve(TrainConfig, train_cli.parser().parse_args(argv), [TASK, *train_cli.FLAGS])
+
+
 @run_cli
 def study_main(argv=None) -> int:
     args = parser().parse_args(argv)
@@ -50,7 +57,7 @@ def study_main(argv=None) -> int:
     if args.print_config:
         print_settings(config.to_dict(cfg))
         return 0
-    run_study(cfg)
+    run_study(cfg, train_settings)
     print(Path(cfg.output_dir, "results.md").read_text(), end="")
     print(f"wrote results.md, results.csv and heatmap.png in {cfg.output_dir}")
     return 0

@@ -24,12 +24,17 @@ its ``t2t-eval`` arguments and is evaluated again when they changed; the score i
 metrics with the current ``metric``. Result files are written atomically, and a torn one is evaluated again.
 Each child process ends with the study, even when the study is killed with ``kill -9`` (Linux), so none is
 left holding its run's lock.
+
+Before the first run, every task is checked (it exists, and has the data its runs need), and a study given no
+``train_args`` trains with t2t-train's defaults only where they fit in memory (``train_args_for_machine``).
+A run killed by a signal says so (signal 9: probably out of memory) rather than quoting its log.
 """
 
 from __future__ import annotations
 
 import csv
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -40,12 +45,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
+import torch
+from matplotlib.figure import Figure
 
+from t2t import config
 from t2t.checkpoints import durable
+from t2t.checkpoints.loading import read_model_config
+from t2t.data.task import Mixture, get_task_or_mixture, load_modules, member_tasks
 from t2t.evaluation import results
 from t2t.errors import T2TError
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config
+from t2t.training.train import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +73,7 @@ class StudyConfig:
     targets: list[str] = field(default_factory=list)        # columns: tasks fine-tuned on and evaluated
     intermediates: list[str] = field(default_factory=lambda: [NO_INTERMEDIATE])  # rows: tasks trained first
     methods: dict = field(default_factory=dict)             # rows instead: name → extra t2t-train arguments
-    train_args: list[str] = field(default_factory=list)     # for every t2t-train, e.g. [--config, cpu-smoke]
+    train_args: list[str] = field(default_factory=list)     # for every t2t-train (none: what fits in memory)
     eval_args: list[str] = field(default_factory=list)      # for every t2t-eval, e.g. [--max-examples, 200]
     init_from: str | None = None                            # the base model (a run, HF folder or hub id)
     intermediate_steps: int = 100                           # training steps on each intermediate task
@@ -84,10 +97,16 @@ class Cell:
     train_args: list[str]
 
 
-def run_study(cfg: StudyConfig) -> dict[str, dict[str, float]]:
-    """Run (or resume) every cell of the grid; write the table and heat map; returns {row: {target: score}}."""
+def run_study(cfg: StudyConfig, train_settings: Callable[[list[str]], TrainConfig]) -> dict[str, dict[str, float]]:
+    """Run (or resume) every cell of the grid; write the table and heat map; returns {row: {target: score}}.
+
+    ``train_settings`` is what t2t-train makes of a list of its arguments: before the first run starts, every
+    task is checked with the modules and data dir the runs will have (``check_tasks``)."""
     if not cfg.targets:
         raise T2TError("a study needs target tasks; set targets (e.g. --targets rte,mrpc).")
+    if not cfg.train_args:
+        cfg = dataclasses.replace(cfg, train_args=train_args_for_machine(cfg))
+    check_tasks(cfg, train_settings)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
@@ -99,8 +118,99 @@ def run_study(cfg: StudyConfig) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     for cell, score in zip(cells, scores):
         table.setdefault(cell.row, {})[cell.target] = score
-    write_table(table, cfg.targets, out)
+    write_table(table, cfg.targets, out, cfg.metric)
     return table
+
+
+def check_tasks(cfg: StudyConfig, train_settings: Callable[[list[str]], TrainConfig]) -> None:
+    """Every intermediate task exists and has train data, every target train and validation data, found as
+    its t2t-train would find them (``--module``, ``--data-dir`` and ``--skip-unavailable`` of ``train_args``);
+    one T2TError lists every problem, before any run starts (a missing target no longer stops the study
+    after its intermediate runs)."""
+    needs = {task: ["train"] for task in cfg.intermediates if task != NO_INTERMEDIATE}
+    for target in cfg.targets:
+        needs[target] = ["train", "validation"]
+    problems = [problem for task, splits in needs.items()
+                for problem in task_problems(task, splits, train_settings(["--task", task, *cfg.train_args]))]
+    if problems:
+        raise T2TError(f"the study cannot run: {'; '.join(problems)}; fix the names or the data (or --module, "
+                       f"--data-dir in --train-args) before any run starts.")
+
+
+def task_problems(name: str, splits: list[str], settings: TrainConfig) -> list[str]:
+    """Why ``name`` cannot give ``splits`` under ``settings`` (nothing when it can)."""
+    try:
+        load_modules(settings.modules)
+        item = get_task_or_mixture(name)
+    except T2TError as e:
+        return [str(e).rstrip(".")]
+    problems, no_data = [], []
+    for split in splits:
+        members = [task for task in member_tasks(item) if not task.splits or split in task.splits]
+        lacking = [task.name for task in members if not task.has_split(split, data_dir=settings.data_dir)]
+        if not members:
+            problems.append(f"{name} has no {split} split")
+        elif len(lacking) == len(members) or (lacking and not settings.skip_unavailable):
+            no_data.append(f"{split} data for {', '.join(lacking)}" if isinstance(item, Mixture) else split)
+    if no_data:
+        problems.append(f"{name} has no {' or '.join(no_data)}" + ("" if isinstance(item, Mixture) else " data"))
+    return problems
+
+
+# t2t-train's arguments where a study gives none and t2t-train's defaults need more memory than there is
+SMALL_TRAIN_ARGS = ["--config", "cpu-smoke"]
+GB = 2 ** 30
+
+
+def train_args_for_machine(cfg: StudyConfig) -> list[str]:
+    """A study given no ``train_args``: t2t-train's defaults where ``jobs`` runs of them fit in this machine's
+    memory (the GPU's where there is one), else ``SMALL_TRAIN_ARGS`` (t5-tiny, short rows), said in one line;
+    with ``init_from`` (whose model the runs keep) a T2TError saying how much the defaults need."""
+    defaults = TrainConfig()
+    model = read_model_config(cfg.init_from) if cfg.init_from else resolve_model_config(defaults.model)
+    need, (have, where) = training_memory(model, defaults), machine_memory()
+    if need * cfg.jobs <= have:
+        return []
+    what = (f"t2t-train's defaults (batch {defaults.batch_size} of {defaults.input_length} + "
+            f"{defaults.target_length} tokens, {cfg.init_from or defaults.model}) need about {need / GB:.0f} GB "
+            f"per run, and {where} has {have / GB:.0f} GB for {cfg.jobs} run(s) side by side")
+    small = config.load(TrainConfig, [config.find_config(SMALL_TRAIN_ARGS[1], "recipes")])
+    if cfg.init_from or training_memory(resolve_model_config(small.model), small) * cfg.jobs > have:
+        raise T2TError(f"{what}; pass --train-args with a smaller batch and lengths (e.g. '--batch-size 16 "
+                       f"--set input_length=128 --set target_length=16'), or fewer --jobs.")
+    log.warning("%s; the study trains with --train-args '%s' (%s) instead; pass --train-args to choose.",
+                what, " ".join(SMALL_TRAIN_ARGS), small.model)
+    return list(SMALL_TRAIN_ARGS)
+
+
+def training_memory(model: ModelConfig, train: TrainConfig) -> float:
+    """About how many bytes one fp32 training process of ``model`` at ``train``'s batch and lengths holds:
+    weights, gradients and two optimizer states (16 bytes a parameter), the activations the backward pass
+    keeps (per layer and token: about 10 (encoder) or 16 (decoder) × d_model, 3 × d_ff and 3 attention
+    probabilities per head and key), the logits three times over, and 0.5 GB for the process itself.
+    Measured peaks of AdamW steps on CPU, above the process's start: t5-small with 4 and 8 rows of 512 + 128
+    tokens within 10% of it (2.4 and 4.3 GB); t5-tiny at cpu-smoke's batch 0.25 GB where it says 0.18,
+    a difference its 0.5 GB for the process covers."""
+    parameters = sum(p.numel() for p in T5.from_config(model, device="meta").parameters())
+    rows, enc, dec = train.batch_size, train.input_length, train.target_length
+    attention = model.num_heads * 3
+    encoder = rows * enc * (10 * model.d_model + 3 * model.d_ff + attention * enc) * model.num_layers
+    decoder = rows * dec * (16 * model.d_model + 3 * model.d_ff + attention * (dec + enc)) * model.decoder_layers
+    logits = rows * dec * model.vocab_size * 3
+    return 16 * parameters + 4 * (encoder + decoder + logits) + GB / 2
+
+
+def machine_memory() -> tuple[int, str]:
+    """(bytes, what they are): the GPU's memory where CUDA is available, else this machine's (or its
+    cgroup's, in a container) RAM."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, "the GPU"
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        limit = "max"
+    return (min(ram, int(limit)) if limit.isdigit() else ram), "this machine"
 
 
 def run_intermediates(cfg: StudyConfig, out: Path, threads: int) -> dict[str, list[str]]:
@@ -213,9 +323,8 @@ def run_tool(tool: str, args: list[str], threads: int, log_file: Path) -> None:
     with open(log_file, "a") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
-        tail = log_file.read_text().strip().splitlines()[-1:] or ["no output"]
-        raise T2TError(f"{tool} {' '.join(args[:2])} failed ({tail[0]}); see {log_file}, fix it and run the "
-                       f"study again to resume.")
+        raise T2TError(f"{tool} {' '.join(args[:2])} {failure(done.returncode, log_file)}; see {log_file}, fix it "
+                       f"and run the study again to resume.")
 
 
 def die_with_parent(parent: int) -> None:
@@ -229,7 +338,19 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Path) -> None:
+def failure(returncode: int, log_file: Path) -> str:
+    """How a run ended: killed by a signal (SIGKILL is what the kernel's out-of-memory killer sends; the
+    log's last line is then whatever the run was doing), else failed with its log's last line."""
+    if returncode < 0:
+        number = -returncode
+        why = ", probably out of memory" if number == signal.SIGKILL else ""
+        return f"was killed (signal {number}){why}"
+    tail = log_file.read_text().strip().splitlines()[-1:] or ["no output"]
+    return f"failed ({tail[0]})"
+
+
+def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Path,
+                metric: str | None = None) -> None:
     """``results.csv``, ``results.md`` and ``heatmap.png``: rows × targets."""
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -240,33 +361,47 @@ def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Pat
     lines += ["| " + row + " | " + " | ".join(f"{scores[t]:.2f}" for t in targets) + " |"
               for row, scores in table.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    plot_heatmap(table, targets, out / "heatmap.png")
+    heatmap_figure(table, targets, metric).savefig(out / "heatmap.png", dpi=100)
 
 
-def plot_heatmap(table: dict[str, dict[str, float]], targets: list[str], path: Path) -> None:
-    """Rows × targets, annotated with the scores; coloured by the difference from the ``none`` row of the
-    same column where there is one (scores of different tasks do not compare), else by the score."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def heatmap_figure(table: dict[str, dict[str, float]], targets: list[str], metric: str | None) -> Figure:
+    """Rows × targets, annotated with the scores, titled with what they are (``metric``, or the mean of each
+    task's metrics); coloured by the difference from the ``none`` row of the same column where there is one
+    (scores of different tasks do not compare), else by the score. The colour scale spans at least
+    ``MIN_COLOUR_SPAN`` points, so equal scores are one pale colour, not a scale of rounding errors."""
     names = list(table)
-    values = np.array([[table[r][t] for t in targets] for r in names])
+    values = np.array([[table[r][t] for t in targets] for r in names], dtype=float)
     if NO_INTERMEDIATE in table:
         colours = values - values[names.index(NO_INTERMEDIATE)]
-        span = max(float(np.nanmax(np.abs(colours))), 1e-9) if np.isfinite(colours).any() else 1.0
+        span = max(float(np.nanmax(np.abs(colours))) if np.isfinite(colours).any() else 0.0, MIN_COLOUR_SPAN)
         style = dict(cmap="coolwarm_r", vmin=-span, vmax=span)
-        label = f"difference from '{NO_INTERMEDIATE}'"
+        label = f"difference from '{NO_INTERMEDIATE}' (points)"
     else:
-        colours, style, label = values, dict(cmap="YlGn"), "validation score"
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(targets), 1.2 + 0.6 * len(names)))
+        colours, style, label = values, dict(cmap="YlGn", **score_range(values)), "validation score"
+    fig = Figure(figsize=(2.4 + 1.3 * len(targets), 1.6 + 0.6 * len(names)))
+    ax = fig.subplots()
     image = ax.imshow(colours, aspect="auto", **style)
     ax.set_xticks(range(len(targets)), targets, rotation=30, ha="right")
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("target task")
+    ax.set_title(f"validation {metric}" if metric else "validation score: mean of each task's metrics",
+                 fontsize=10)
     for (i, j), value in np.ndenumerate(values):
-        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.1f}", ha="center", va="center")
+        red, green, blue, _ = image.cmap(image.norm(colours[i, j]))
+        dark = 0.3 * red + 0.6 * green + 0.1 * blue < 0.5 and not np.isnan(colours[i, j])
+        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.1f}", ha="center", va="center",
+                color="white" if dark else "black")
     fig.colorbar(image, ax=ax, label=label)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+MIN_COLOUR_SPAN = 1.0  # score points
+
+
+def score_range(values: np.ndarray) -> dict:
+    """vmin/vmax around the defined scores, at least ``MIN_COLOUR_SPAN`` wide."""
+    defined = values[np.isfinite(values)]
+    low, high = (float(defined.min()), float(defined.max())) if defined.size else (0.0, 0.0)
+    pad = max(MIN_COLOUR_SPAN - (high - low), 0.0) / 2
+    return {"vmin": low - pad, "vmax": high + pad}
