@@ -23,7 +23,7 @@ LAYERS = [
 # Imported where used: optional dependencies (t2t runs without them), and heavy libraries that `import t2t`
 # and most commands never need (datasets and huggingface_hub take seconds; matplotlib only draws plots;
 # torch.distributed's FSDP and checkpoint modules only under torchrun).
-ON_USE = {"transformers", "msgpack", "datasets", "huggingface_hub", "matplotlib", "torch.distributed"}
+ON_USE = {"transformers", "tokenizers", "msgpack", "datasets", "huggingface_hub", "matplotlib", "torch.distributed"}
 
 
 def module_name(path: Path) -> str:

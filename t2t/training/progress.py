@@ -8,7 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from t2t.checkpoints.durable import append_line, write_error
@@ -124,9 +123,12 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> None:
     tmp.replace(png_path)
 
 
-def metrics_figure(records: list[dict]) -> Figure:
-    """One panel per logged value; ``null`` (undefined) values are left out and counted in the title, and a
-    value undefined at every step is a panel that says "undefined" instead of an empty plot."""
+def metrics_figure(records: list[dict]):
+    """A matplotlib Figure with one panel per logged value; ``null`` (undefined) values are left out and
+    counted in the title, and a value undefined at every step is a panel that says "undefined" instead of an
+    empty plot."""
+    from matplotlib.figure import Figure  # only for plots: importing it takes a while
+
     evals = sorted({k for r in records for k in r if k.startswith("eval/")})
     panels = ["loss"] + evals
     cols = min(3, len(panels))

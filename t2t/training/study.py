@@ -49,7 +49,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from t2t import config
 from t2t.checkpoints import durable
@@ -364,11 +363,14 @@ def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Pat
     heatmap_figure(table, targets, metric).savefig(out / "heatmap.png", dpi=100)
 
 
-def heatmap_figure(table: dict[str, dict[str, float]], targets: list[str], metric: str | None) -> Figure:
-    """Rows × targets, annotated with the scores, titled with what they are (``metric``, or the mean of each
-    task's metrics); coloured by the difference from the ``none`` row of the same column where there is one
-    (scores of different tasks do not compare), else by the score. The colour scale spans at least
-    ``MIN_COLOUR_SPAN`` points, so equal scores are one pale colour, not a scale of rounding errors."""
+def heatmap_figure(table: dict[str, dict[str, float]], targets: list[str], metric: str | None):
+    """A matplotlib Figure of rows × targets, annotated with the scores, titled with what they are
+    (``metric``, or the mean of each task's metrics); coloured by the difference from the ``none`` row of the
+    same column where there is one (scores of different tasks do not compare), else by the score. The colour
+    scale spans at least ``MIN_COLOUR_SPAN`` points, so equal scores are one pale colour, not a scale of
+    rounding errors."""
+    from matplotlib.figure import Figure  # only for plots: importing it takes a while
+
     names = list(table)
     values = np.array([[table[r][t] for t in targets] for r in names], dtype=float)
     if NO_INTERMEDIATE in table:
