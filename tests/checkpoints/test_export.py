@@ -172,7 +172,8 @@ def real_sentences(data_dir: Path) -> list[str]:
         with_sentinels.append(" ".join(words) + f" <extra_id_{99 - i}>.")
     return sentences + with_sentinels + [
         "<extra_id_0>, said the <extra_id_1>'s owner", "<extra_id_0> <extra_id_1>  two  spaces <extra_id_2>",
-        "  leading and trailing  ", "Ünïcödé façade, naïve café ½ ﬁ", "translate English to German: That is good."]
+        "  leading and trailing  ", "Ünïcödé façade, naïve café ½ ﬁ",
+        "translate English to German: That is good."]
 
 
 @pytest.mark.integration
