@@ -53,11 +53,11 @@ import torch
 from t2t import config
 from t2t.checkpoints import durable
 from t2t.checkpoints.loading import read_model_config
-from t2t.data.task import Mixture, get_task_or_mixture, load_modules, member_tasks
+from t2t.data.task import DEFAULT_SEQUENCE_LENGTH, Mixture, get_task_or_mixture, load_modules, member_tasks
 from t2t.evaluation import results
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
-from t2t.training.train import TrainConfig
+from t2t.training.train import DEFAULT_MODEL, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,8 @@ def train_args_for_machine(cfg: StudyConfig) -> list[str]:
     """A study given no ``train_args``: t2t-train's defaults where ``jobs`` runs of them fit in this machine's
     memory (the GPU's where there is one), else ``SMALL_TRAIN_ARGS`` (t5-tiny, short rows), said in one line;
     with ``init_from`` (whose model the runs keep) a T2TError saying how much the defaults need."""
-    defaults = TrainConfig()
+    defaults = dataclasses.replace(TrainConfig(), model=DEFAULT_MODEL, input_length=DEFAULT_SEQUENCE_LENGTH["inputs"],
+                                   target_length=DEFAULT_SEQUENCE_LENGTH["targets"])
     model = read_model_config(cfg.init_from) if cfg.init_from else resolve_model_config(defaults.model)
     need, (have, where) = training_memory(model, defaults), machine_memory()
     if need * cfg.jobs <= have:
@@ -174,7 +175,7 @@ def train_args_for_machine(cfg: StudyConfig) -> list[str]:
             f"{defaults.target_length} tokens, {cfg.init_from or defaults.model}) need about {need / GB:.0f} GB "
             f"per run, and {where} has {have / GB:.0f} GB for {cfg.jobs} run(s) side by side")
     small = config.load(TrainConfig, [config.find_config(SMALL_TRAIN_ARGS[1], "recipes")])
-    if cfg.init_from or training_memory(resolve_model_config(small.model), small) * cfg.jobs > have:
+    if cfg.init_from or training_memory(resolve_model_config(small.model or DEFAULT_MODEL), small) * cfg.jobs > have:
         raise T2TError(f"{what}; pass --train-args with a smaller batch and lengths (e.g. '--batch-size 16 "
                        f"--set input_length=128 --set target_length=16'), or fewer --jobs.")
     log.warning("%s; the study trains with --train-args '%s' (%s) instead; pass --train-args to choose.",
@@ -191,7 +192,9 @@ def training_memory(model: ModelConfig, train: TrainConfig) -> float:
     tokens within 10% of it (2.4 and 4.3 GB); t5-tiny at cpu-smoke's batch 0.25 GB where it says 0.18,
     a difference its 0.5 GB for the process covers."""
     parameters = sum(p.numel() for p in T5.from_config(model, device="meta").parameters())
-    rows, enc, dec = train.batch_size, train.input_length, train.target_length
+    rows = train.batch_size  # lengths left unset (a task's own) counted at the longest most tasks use
+    enc = train.input_length or DEFAULT_SEQUENCE_LENGTH["inputs"]
+    dec = train.target_length or DEFAULT_SEQUENCE_LENGTH["targets"]
     attention = model.num_heads * 3
     encoder = rows * enc * (10 * model.d_model + 3 * model.d_ff + attention * enc) * model.num_layers
     decoder = rows * dec * (16 * model.d_model + 3 * model.d_ff + attention * (dec + enc)) * model.decoder_layers
