@@ -29,8 +29,9 @@ def test_warmup_then_decay(schedule, expected_end):
 def mesh_tf_adafactor_step(param, grad, row, col, step, lr):
     """One step of T5's Adafactor (Shazeer & Stern 2018 as configured by T5) in NumPy, for comparison."""
     decay = 1.0 - step ** -0.8
-    row[:] = decay * row + (1 - decay) * (grad ** 2).mean(axis=1)
-    col[:] = decay * col + (1 - decay) * (grad ** 2).mean(axis=0)
+    squared = grad ** 2 + 1e-30                                              # epsilon1
+    row[:] = decay * row + (1 - decay) * squared.mean(axis=1)
+    col[:] = decay * col + (1 - decay) * squared.mean(axis=0)
     estimate = np.outer(row / row.mean(), col)
     update = grad / np.sqrt(estimate)
     update /= max(1.0, np.sqrt((update ** 2).mean()) / 1.0)                 # update clipping, d = 1
@@ -51,6 +52,26 @@ def test_adafactor_matches_t5s_update_rule():
         optimizer.step()
         param = mesh_tf_adafactor_step(param, grad, row, col, step, lr=0.01)
         np.testing.assert_allclose(model.weight.detach().numpy(), param, rtol=1e-10, atol=1e-12)
+
+
+def test_adafactor_takes_t5s_step_on_tiny_float32_gradients():
+    """Rows whose gradients are ~1e-9 (a tied output layer's rows for the tokens no target of the batch is)
+    get T5's full, normalised step: Mesh TF adds epsilon1 = 1e-30 to g², where torch's default epsilon1
+    (the float32 eps) floors the estimate at 1.4e-14 and shrinks their step ~100-fold. The tolerance is a
+    hundredth of one step (lr 1e-3 × RMS(param) 1), far above float32 rounding of params near 1."""
+    rng = np.random.default_rng(0)
+    param0 = rng.normal(size=(256, 128)).astype(np.float32)
+    model = torch.nn.Linear(128, 256, bias=False)
+    model.weight.data = torch.tensor(param0)
+    optimizer = build_optimizer(model, OptimizerConfig(name="adafactor", learning_rate=1e-3))
+    param, row, col = param0.astype(np.float64), np.zeros(256), np.zeros(128)
+    scale = np.where(np.arange(256) % 2 == 0, 1e-2, 1e-9)[:, None]  # every other row: tiny gradients
+    for step in range(1, 4):
+        grad = (rng.normal(size=(256, 128)) * scale).astype(np.float32)
+        model.weight.grad = torch.tensor(grad)
+        optimizer.step()
+        param = mesh_tf_adafactor_step(param, grad.astype(np.float64), row, col, step, lr=1e-3)
+        np.testing.assert_allclose(model.weight.detach().numpy(), param, rtol=0, atol=1e-5)
 
 
 def test_scheduler_drives_the_optimizer_learning_rate():
