@@ -6,12 +6,12 @@ and a schedule in the run. ``t2t-train``'s ``train`` then fine-tunes from that r
 does (Adafactor, constant 1e-3; dropout 0 so that the runs can be compared exactly), and transformers'
 ``T5ForConditionalGeneration``, loaded from the same weights exported with ``to_hf``, is fine-tuned on the
 same batches (``build_train_batches``, unpacked) with the same optimizer built by
-``t2t.training.optim`` over its parameters. The losses must agree step by step to float rounding: only the
-order of fp32 operations differs (kernels, where the rescale and the masks are applied), a relative 1e-7
-or so per step that grows slowly; 1e-5 over the few steps here leaves room for any CPU and is far below
-what a fault shows (an optimizer state or step carried over from pre-training changes Adafactor's
-second-moment decay and the first fine-tuning update, a missing output-layer rescale or a wrong weight
-changes the first loss by far more).
+``t2t.training.optim`` over its parameters, and again with transformers' own Adafactor. The losses must
+agree step by step to float rounding: only the order of fp32 operations differs (kernels, where the
+rescale and the masks are applied), a relative 1e-7 or so per step that grows slowly; 1e-5 over the few
+steps here leaves room for any CPU and is far below what a fault shows (an optimizer state or step
+carried over from pre-training changes Adafactor's second-moment decay and the first fine-tuning update,
+a missing output-layer rescale or a wrong weight changes the first loss by far more).
 """
 
 from __future__ import annotations
@@ -64,13 +64,25 @@ def settings(out, **changes) -> TrainConfig:
     return config.from_dict(TrainConfig, {**base, **changes})
 
 
-def hf_finetuning_losses(pretrained, cfg: TrainConfig, export_dir) -> list[float]:
-    """transformers' T5 from ``pretrained``'s weights, trained as ``train`` trains (batches, optimizer,
-    schedule) for ``cfg.train_steps``; the mean loss per target token of each step."""
+def transformers_adafactor(model, cfg: TrainConfig):
+    """transformers' port of the Mesh TF Adafactor (epsilon1 = 1e-30 added to g²) as T5 fine-tuned."""
+    return transformers.optimization.Adafactor(model.parameters(), lr=cfg.optimizer.learning_rate,
+                                               scale_parameter=True, relative_step=False, warmup_init=False,
+                                               clip_threshold=1.0, decay_rate=-0.8, beta1=None)
+
+
+OPTIMIZERS = {"t2t_optimizer": lambda model, cfg: build_optimizer(model, cfg.optimizer),
+              "transformers_adafactor": transformers_adafactor}
+
+
+def hf_finetuning_losses(pretrained, cfg: TrainConfig, export_dir, make_optimizer) -> list[float]:
+    """transformers' T5 from ``pretrained``'s weights, trained as ``train`` trains (batches, schedule) with
+    the optimizer ``make_optimizer(model, cfg)`` for ``cfg.train_steps``; the mean loss per target token of
+    each step."""
     to_hf(load_model(pretrained), export_dir)
     model = transformers.T5ForConditionalGeneration.from_pretrained(export_dir, dropout_rate=0.0).train()
     assert model.lm_head.weight is model.shared.weight  # tied: the optimizer sees one tensor, as in t2t
-    optimizer = build_optimizer(model, cfg.optimizer)
+    optimizer = make_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
     batches = iter(build_train_batches(cfg.mixture, vocab=tiny_vocabulary(), batch_size=cfg.batch_size,
                                        input_length=cfg.input_length, target_length=cfg.target_length,
@@ -91,12 +103,15 @@ def hf_finetuning_losses(pretrained, cfg: TrainConfig, export_dir) -> list[float
 
 
 @pytest.mark.integration  # two training runs end to end
-def test_init_from_fine_tuning_matches_transformers_t5_step_by_step(sentiment_task, tmp_path):
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_init_from_fine_tuning_matches_transformers_t5_step_by_step(sentiment_task, tmp_path, optimizer):
+    """With t2t's optimizer on transformers' model, and with transformers' own Adafactor (so t2t's
+    optimizer is checked against an independent port of T5's)."""
     pretrained = tmp_path / "pretrain"
     train(settings(pretrained, train_steps=3, seed=1, optimizer={"name": "adafactor", "learning_rate": 1e-2}))
     cfg = settings(tmp_path / "finetune", init_from=str(pretrained), train_steps=FINETUNE_STEPS)
     ours = [record["loss"] for record in train(cfg)]
-    theirs = hf_finetuning_losses(pretrained, cfg, tmp_path / "hf")
+    theirs = hf_finetuning_losses(pretrained, cfg, tmp_path / "hf", OPTIMIZERS[optimizer])
     assert len(ours) == len(theirs) == FINETUNE_STEPS
     assert theirs[-1] < theirs[0]  # the comparison covers weights that moved
     assert ours == pytest.approx(theirs, rel=RTOL)
