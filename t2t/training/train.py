@@ -335,8 +335,12 @@ def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None, init_f
     A preset's embedding is sized from the vocabulary, rounded up to a multiple of 128 as T5 pads 32,100
     ids to 32,128 rows (so every T5 preset keeps its 32,128 with T5's vocabulary); ``init_from``'s
     embedding is fixed, and must fit the vocabulary. Resuming builds the model of checkpoint
-    ``resume_from``, so a moved run resumes without its model file or ``init_from`` model.
+    ``resume_from``, so a moved run resumes without its model file or ``init_from`` model. ``init_from``
+    defaults to ``cfg.init_from`` pinned to one checkpoint (the recipe pins it once and passes it, so that
+    the weights, lineage.json and base.json name the same checkpoint).
     """
+    if resume_from is None and init_from is None:
+        init_from = run_lib.pinned_checkpoint(cfg.init_from)
     if resume_from is not None:
         model = load_model(resume_from, verify=cfg.verify_checkpoints)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"checkpoint {resume_from}")

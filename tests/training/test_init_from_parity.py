@@ -123,9 +123,10 @@ def test_init_from_loads_every_weight_and_takes_the_runs_dropout_rate(tmp_path):
     pretrained = T5(resolve_model_config({**MODEL, "vocab_size": 512, "dropout_rate": 0.0}))
     native.save_checkpoint(tmp_path / "pretrain", 3, pretrained)
     cfg = settings(tmp_path / "finetune", init_from=str(tmp_path / "pretrain"), dropout_rate=0.1)
-    model = build_model(cfg, tiny_vocabulary(), init_from=run_lib.pinned_checkpoint(cfg.init_from))  # as train
-    assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}
-    assert model.config.dropout_rate == 0.1
     saved = pretrained.state_dict()
-    assert model.state_dict().keys() == saved.keys()
-    assert all(torch.equal(value, saved[name]) for name, value in model.state_dict().items())
+    pinned = build_model(cfg, tiny_vocabulary(), init_from=run_lib.pinned_checkpoint(cfg.init_from))  # as train
+    for model in (pinned, build_model(cfg, tiny_vocabulary())):  # cfg.init_from alone loads it too
+        assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}
+        assert model.config.dropout_rate == 0.1
+        assert model.state_dict().keys() == saved.keys()
+        assert all(torch.equal(value, saved[name]) for name, value in model.state_dict().items())
