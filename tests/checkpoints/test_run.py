@@ -6,9 +6,11 @@ import errno
 import json
 import logging
 import os
+import pickle
 import shutil
 import stat
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -504,3 +506,37 @@ def test_changed_training_data_is_refused_on_resume(setup, tmp_path, monkeypatch
     with caplog.at_level(logging.WARNING, logger="t2t.checkpoints.run"):
         assert train(settings(setup, tmp_path / "run", train_steps=3), allow_changed_settings=True)[-1]["step"] == 3
     assert "continuing on the new data" in caplog.text
+
+
+# -- runs written before t2t had subpackages keep working
+
+
+OLD_PATHS_MODULE = (MODULE.replace("from t2t.evaluation import metrics", "from t2t import metrics")
+                    .replace("from t2t.data.sources import", "from t2t.sources import")
+                    .replace("from t2t.data.task import", "from t2t.task import"))
+
+
+def test_a_run_whose_module_imports_the_old_paths_evaluates_once_its_files_are_checksummed(setup, tmp_path):
+    """A run folder from before the layout change: its module copy imports t2t.task / t2t.sources /
+    t2t.metrics, and it has no run-level checksums.sha256 (older t2t wrote none). Opening it says how to
+    record them; once recorded, it evaluates with the user's consent."""
+    assert "from t2t.task import Task, register_task" in OLD_PATHS_MODULE
+    Path(setup.module).write_text(OLD_PATHS_MODULE)
+    train(settings(setup, tmp_path / "run"))
+    forget_sources(setup)
+    run = tmp_path / "run"
+    (run / "checksums.sha256").unlink()
+    with pytest.raises(T2TError, match=r"sha256sum spiece.model modules/copy_task.py > checksums.sha256"):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), trust_modules=True))
+    files = ["spiece.model", "modules/copy_task.py"]
+    (run / "checksums.sha256").write_text(durable.format_checksums({f: durable.sha256_of(run / f) for f in files}))
+    scores = evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), trust_modules=True))
+    assert set(scores) == {TASK} and "sequence_accuracy" in scores[TASK]
+
+
+def test_a_vocabulary_pickled_under_the_old_module_path_loads():
+    vocab = tiny_vocabulary()
+    old = pickle.dumps(vocab, protocol=0).replace(b"ct2t.data.vocab\nrestore_vocabulary\n",
+                                                  b"ct2t.vocab\n_restore\n")
+    assert b"ct2t.vocab\n_restore\n" in old
+    assert pickle.loads(old) == vocab
