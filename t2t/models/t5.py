@@ -634,6 +634,9 @@ class T5(nn.Module):
         if lm_weight:
             inputs = (targets != self.config.pad_id) & (weights == 0)
             weights = weights + inputs * (lm_weight * task_weight / inputs.sum().clamp(min=1))
+        if torch.compiler.is_compiling():  # static shapes, one graph: every position, padding weighs 0
+            ce = F.cross_entropy(self.project(h).float().flatten(0, 1), targets.flatten(), reduction="none")
+            return (ce * weights.flatten()).sum(), task_weight
         keep = weights != 0
         logits = self.project(h[keep])  # [N, V]
         ce = F.cross_entropy(logits.float(), targets[keep], reduction="none")

@@ -32,6 +32,7 @@ from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
 from t2t.data.pipeline import TrainBatches, build_train_batches
+from t2t.data.prefetch import BatchesAhead
 from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics, read_metrics
 from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
 from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
@@ -80,12 +81,15 @@ class TrainConfig:
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     threads: int = 0                  # CPU threads; 0: OMP_NUM_THREADS or all cores (t2t-study divides them)
     parallelism: Literal["ddp", "fsdp"] = "ddp"   # under torchrun with several processes
+    compile: bool = False             # the forward pass and loss through torch.compile (one graph: fixed row shapes)
+    batches_ahead: int | None = None  # batches packed ahead on a background thread (None: 2 on CUDA, 0 on the CPU)
 
     def __post_init__(self):
         config.check(self, positive=("train_steps", "batch_size", "grad_accum_steps", "input_length",
                                      "target_length", "log_every", "save_every", "eval_max_examples",
                                      "eval_batch_size", "mixing_maximum", "mixing_temperature"),
-                     non_negative=("keep_checkpoints", "eval_every", "threads"), fraction=("dropout_rate",))
+                     non_negative=("keep_checkpoints", "eval_every", "threads", "batches_ahead"),
+                     fraction=("dropout_rate",))
 
 
 def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules: bool = False) -> list[dict]:
@@ -145,7 +149,7 @@ class Trainer:
     objective: torch.nn.Module      # the model under its loss, wrapped for DDP / FSDP
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    batches: TrainBatches
+    batches: TrainBatches | BatchesAhead
     trainable: TrainableSchedule
     trained_only: tuple[set[str], str] | None  # save_trained_only: (the trained names, the base reference)
     data_fingerprint: dict          # {member: {"examples", "sha256"}} of the training data read
@@ -210,10 +214,15 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
     objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight), cfg.parallelism, device)
     optimizer = build_optimizer(objective, cfg.optimizer)  # after wrapping: FSDP replaces the parameters
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
+    if cfg.compile:  # one graph of fixed shapes (rows are padded or packed to the run's lengths), which
+        # DDP's buckets alone split; the same kernels on every step, so a resumed run computes as before
+        objective = torch.compile(objective, fullgraph=not distributed.is_distributed(), dynamic=False)
     batches = build_batches(cfg, vocab, model.config)
+    fingerprint = data_fingerprint(batches)
+    ahead = cfg.batches_ahead if cfg.batches_ahead is not None else 2 * (device.type == "cuda")
     settings = run_lib.recorded_settings(config.to_dict(cfg), vocab.path)
-    return Trainer(cfg, run_dir, settings, objective, optimizer, scheduler, batches, trainable, trained_only,
-                   data_fingerprint(batches), device)
+    return Trainer(cfg, run_dir, settings, objective, optimizer, scheduler,
+                   BatchesAhead(batches, ahead) if ahead else batches, trainable, trained_only, fingerprint, device)
 
 
 def build_batches(cfg: TrainConfig, vocab, model_config: ModelConfig) -> TrainBatches:
@@ -260,10 +269,21 @@ def resume_state(trainer: Trainer, latest: Path, allow_changed_settings: bool) -
 
 
 def train_loop(trainer: Trainer, evaluator) -> list[dict]:
+    """``run_steps`` with the progress bar closed and the batch producer stopped however it ends."""
+    metrics_log = MetricsLog(trainer.run_dir / METRICS_FILE, enabled=distributed.is_main(),
+                             truncate_after=trainer.step)
+    progress = ProgressBar(total=trainer.cfg.train_steps, initial=trainer.step, enabled=distributed.is_main())
+    try:
+        return run_steps(trainer, evaluator, metrics_log, progress)
+    finally:
+        progress.close()
+        if isinstance(trainer.batches, BatchesAhead):
+            trainer.batches.close()
+
+
+def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: ProgressBar) -> list[dict]:
     """Steps from ``trainer.step`` to ``train_steps``: log, evaluate and save on their schedules."""
     cfg, run_dir = trainer.cfg, trainer.run_dir
-    metrics_log = MetricsLog(run_dir / METRICS_FILE, enabled=distributed.is_main(), truncate_after=trainer.step)
-    progress = ProgressBar(total=cfg.train_steps, initial=trainer.step, enabled=distributed.is_main())
     batch_iter = iter(trainer.batches)
     window_tokens, window_start = 0, time.perf_counter()
     trainer.trainable.apply(trainer.step)
@@ -295,7 +315,6 @@ def train_loop(trainer: Trainer, evaluator) -> list[dict]:
             save_checkpoint(trainer)
             if distributed.is_main():
                 plot_metrics(metrics_log.path, run_dir / "metrics.png")
-    progress.close()
     return metrics_log.records()
 
 
@@ -516,6 +535,8 @@ def resolved_settings(settings: dict, model: T5) -> dict:
 
 
 def unwrap(objective: torch.nn.Module) -> "TrainingObjective":
+    """The TrainingObjective inside torch.compile's and DDP's wrappers."""
+    objective = getattr(objective, "_orig_mod", objective)  # torch.compile's OptimizedModule
     return objective.module if isinstance(objective, torch.nn.parallel.DistributedDataParallel) else objective
 
 
