@@ -86,13 +86,13 @@ def resolved(cfg: TrainConfig) -> dict:
     found, and a preset's model fields, its embedding sized for that vocabulary as training sizes it; the
     model's settings are checked here (an unknown key is an error). A model loaded from ``init_from`` is
     that checkpoint's, so it is left as given."""
+    setting = cfg.model or DEFAULT_MODEL
+    model = config.to_dict(resolve_model_config(setting))  # first: a bad model key needs no vocabulary to say so
     cfg = with_run_locations(cfg, find_run(cfg.output_dir))
     data_dir = resolve_data_dir(cfg.data_dir)
     vocab = load_vocabulary(cfg.vocab, data_dir=data_dir)
     out = config.to_dict(cfg)
     out.update(vocab=str(vocab.path), data_dir=str(data_dir) if data_dir else None)
-    setting = cfg.model or DEFAULT_MODEL
-    model = config.to_dict(resolve_model_config(setting))
     if not cfg.init_from:
         if not (isinstance(setting, dict) and "vocab_size" in setting):
             model["vocab_size"] = embedding_rows(vocab.vocab_size)
