@@ -3,6 +3,8 @@ the layers, no module imports another's underscore name, and imports sit at the 
 where an optional dependency is imported on use."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,10 @@ def test_imports_sit_at_the_top_except_optional_dependencies():
                     local += [f"{name}.{func.name} imports {m}" for m in modules
                               if not any(m == lib or m.startswith(lib + ".") for lib in ON_USE)]
     assert local == []
+
+
+def test_import_t2t_does_not_load_the_compiler():
+    """torch.compile's machinery (torch._dynamo, seconds to load) comes in when something is compiled, not
+    when t2t is imported (a module-level torch.compile would load it)."""
+    code = "import sys, t2t; assert 'torch._dynamo' not in sys.modules, 'import t2t loaded torch._dynamo'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

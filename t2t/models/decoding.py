@@ -12,6 +12,7 @@ otherwise greedy (t5x's convention: temperature 0 is greedy).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -24,8 +25,11 @@ def _static_step(model, tokens, position, *cache_tensors):
     return model.static_decode_step(tokens, position, *cache_tensors)
 
 
-# compiled on first call, then once per model and batch shape (torch.compile guards on both)
-_compiled_static_step = torch.compile(_static_step, fullgraph=True, dynamic=False)
+@functools.cache
+def compiled_static_step() -> Callable:
+    """``T5.static_decode_step`` through torch.compile, made on first use (creating it loads torch._dynamo,
+    seconds that ``import t2t`` should not pay); it compiles once per model and batch shape."""
+    return torch.compile(_static_step, fullgraph=True, dynamic=False)
 
 
 def decoding_step(model, compile: bool = False) -> Callable:
@@ -36,7 +40,7 @@ def decoding_step(model, compile: bool = False) -> Callable:
 
     def step(tokens: torch.Tensor, cache) -> torch.Tensor:
         position = torch.tensor([cache.length], device=tokens.device)
-        logits = _compiled_static_step(model, tokens, position, *cache.tensors())
+        logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         cache.length += 1
         return logits
 
