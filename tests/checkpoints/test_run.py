@@ -18,6 +18,7 @@ import yaml
 
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
+import t2t
 from t2t import config
 from t2t.checkpoints import durable
 from t2t.checkpoints import run as run_lib
@@ -540,3 +541,12 @@ def test_a_vocabulary_pickled_under_the_old_module_path_loads():
                                                   b"ct2t.vocab\n_restore\n")
     assert b"ct2t.vocab\n_restore\n" in old
     assert pickle.loads(old) == vocab
+
+
+def test_the_old_sources_path_still_has_glues_reader():
+    """Module files written for t2t before its subpackages imported GLUE's source from t2t.sources."""
+    import t2t.tasks.glue
+    from t2t.sources import GLUE_LABELS, GlueSource, JsonlFiles, read_glue_tsv
+    assert (GlueSource, GLUE_LABELS, read_glue_tsv) == (t2t.tasks.glue.GlueSource, t2t.tasks.glue.GLUE_LABELS,
+                                                        t2t.tasks.glue.read_glue_tsv)
+    assert JsonlFiles is t2t.JsonlFiles
