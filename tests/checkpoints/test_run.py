@@ -18,7 +18,6 @@ import yaml
 
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
-import t2t
 from t2t import config
 from t2t.checkpoints import durable
 from t2t.checkpoints import run as run_lib
