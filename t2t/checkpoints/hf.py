@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 from safetensors.torch import save_file
@@ -25,7 +25,7 @@ from t2t.checkpoints.files import (assign_weights, check_state_dict, expected_sh
 from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
 from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5, ModelConfig
-from t2t.data.vocab import SentencePieceVocabulary
+from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, sentencepiece_spec
 from t2t.hub import hub_failure
 
 logger = logging.getLogger(__name__)
@@ -365,7 +365,7 @@ def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
                "additional_special_tokens": [f"<extra_id_{i}>" for i in range(vocabulary.extra_ids)]}
     spec = sentencepiece_spec(vocabulary.model_bytes)
     (out / TOKENIZER_JSON).unlink(missing_ok=True)  # an earlier export's, for another vocabulary
-    if spec["model_type"] != _SPM_UNIGRAM:
+    if spec["model_type"] != SPM_UNIGRAM:
         logger.warning("the vocabulary %s is not a unigram model, so the export has no tokenizer.json; "
                        "AutoTokenizer will need sentencepiece and protobuf to read spiece.model", vocabulary.path)
         config = {"tokenizer_class": "T5Tokenizer", "legacy": False, **special}
@@ -406,49 +406,3 @@ def fast_tokenizer(vocabulary: SentencePieceVocabulary, spec: Mapping[str, Any])
     specials = [sp.id_to_piece(i) for i in (vocabulary.pad_id, vocabulary.eos_id, vocabulary.unk_id)]
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials + sentinels])
     return tokenizer
-
-
-# A SentencePiece ModelProto read without protobuf: trainer_spec is field 2 (model_type 3, byte_fallback 35),
-# normalizer_spec field 3 (precompiled_charsmap 2, add_dummy_prefix 3, remove_extra_whitespaces 4).
-_SPM_UNIGRAM = 1
-_SPM_FIELDS = {2: {3: "model_type", 35: "byte_fallback"},
-               3: {2: "precompiled_charsmap", 3: "add_dummy_prefix", 4: "remove_extra_whitespaces"}}
-_SPM_DEFAULTS = {"model_type": _SPM_UNIGRAM, "byte_fallback": 0, "precompiled_charsmap": b"",
-                 "add_dummy_prefix": 1, "remove_extra_whitespaces": 1}
-
-
-def sentencepiece_spec(model_bytes: bytes) -> dict[str, Any]:
-    """The settings of a serialized SentencePiece model that tokenizer.json needs (protobuf's defaults where
-    a field is absent). The bytes were already loaded by SentencePiece, so they are well formed."""
-    spec = dict(_SPM_DEFAULTS)
-    for field, message in _proto_fields(model_bytes):
-        names = _SPM_FIELDS.get(field, {})
-        spec.update((names[f], v) for f, v in _proto_fields(message) if f in names)
-    return spec
-
-
-def _proto_fields(buffer: bytes) -> Iterator[tuple[int, Any]]:
-    """(field number, value) of each field of a protobuf message: an int or the bytes of a length field."""
-    i = 0
-    while i < len(buffer):
-        key, i = _read_varint(buffer, i)
-        wire = key & 7
-        if wire == 0:
-            value, i = _read_varint(buffer, i)
-        elif wire == 2:
-            size, i = _read_varint(buffer, i)
-            value, i = buffer[i:i + size], i + size
-        else:  # fixed 64 (1) or fixed 32 (5) bits: scores, floats
-            size = 8 if wire == 1 else 4
-            value, i = buffer[i:i + size], i + size
-        yield key >> 3, value
-
-
-def _read_varint(buffer: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buffer[i]
-        value |= (byte & 0x7F) << shift
-        shift, i = shift + 7, i + 1
-        if not byte & 0x80:
-            return value, i

@@ -25,6 +25,7 @@ import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -76,6 +77,54 @@ def _with_sentinels(model_bytes: bytes, extra_ids: int) -> bytes:
     """The model with ``▁<extra_id_{n-1}>`` .. ``▁<extra_id_0>`` appended, so <extra_id_0> gets the last id."""
     return model_bytes + b"".join(_user_defined_piece(f"▁<extra_id_{i}>") for i in reversed(range(extra_ids)))
 
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading a ModelProto's settings without protobuf (what an exported tokenizer.json needs): trainer_spec is
+# field 2 (model_type 3, byte_fallback 35), normalizer_spec field 3 (precompiled_charsmap 2, add_dummy_prefix 3,
+# remove_extra_whitespaces 4).
+
+SPM_UNIGRAM = 1
+_SPM_FIELDS = {2: {3: "model_type", 35: "byte_fallback"},
+               3: {2: "precompiled_charsmap", 3: "add_dummy_prefix", 4: "remove_extra_whitespaces"}}
+_SPM_DEFAULTS = {"model_type": SPM_UNIGRAM, "byte_fallback": 0, "precompiled_charsmap": b"",
+                 "add_dummy_prefix": 1, "remove_extra_whitespaces": 1}
+
+
+def sentencepiece_spec(model_bytes: bytes) -> dict[str, Any]:
+    """The settings of a serialized SentencePiece model that tokenizer.json needs (protobuf's defaults where
+    a field is absent). The bytes were already loaded by SentencePiece, so they are well formed."""
+    spec = dict(_SPM_DEFAULTS)
+    for field, message in _proto_fields(model_bytes):
+        names = _SPM_FIELDS.get(field, {})
+        spec.update((names[f], v) for f, v in _proto_fields(message) if f in names)
+    return spec
+
+
+def _proto_fields(buffer: bytes) -> Iterator[tuple[int, Any]]:
+    """(field number, value) of each field of a protobuf message: an int or the bytes of a length field."""
+    i = 0
+    while i < len(buffer):
+        key, i = _read_varint(buffer, i)
+        wire = key & 7
+        if wire == 0:
+            value, i = _read_varint(buffer, i)
+        elif wire == 2:
+            size, i = _read_varint(buffer, i)
+            value, i = buffer[i:i + size], i + size
+        else:  # fixed 64 (1) or fixed 32 (5) bits: scores, floats
+            size = 8 if wire == 1 else 4
+            value, i = buffer[i:i + size], i + size
+        yield key >> 3, value
+
+
+def _read_varint(buffer: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buffer[i]
+        value |= (byte & 0x7F) << shift
+        shift, i = shift + 7, i + 1
+        if not byte & 0x80:
+            return value, i
 
 # ---------------------------------------------------------------------------------------------------------
 
