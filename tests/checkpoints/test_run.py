@@ -21,6 +21,7 @@ from t2t.checkpoints.loading import load_model
 from t2t import config
 from t2t.checkpoints import durable
 from t2t.checkpoints import run as run_lib
+from test_checkpoint import rewrite_checksums
 from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import EvalConfig, evaluate
@@ -315,12 +316,6 @@ def test_resume_compares_the_model_with_the_recorded_one(setup, tmp_path):
 # -- a run's copies are code and data someone wrote: consent, checksums, modes
 
 
-def rewrite_checksums(folder) -> None:
-    """What a careful hand-editor does after changing a file: record the checksums again (sha256sum)."""
-    files = {p.name: durable.sha256_of(p) for p in folder.iterdir() if p.name != "checksums.sha256"}
-    (folder / "checksums.sha256").write_text(durable.format_checksums(files))
-
-
 def test_evaluating_a_run_imports_its_module_files_only_with_consent(setup, tmp_path):
     train(settings(setup, tmp_path / "run"))
     own_copy = tmp_path / "mine.py"
@@ -528,8 +523,7 @@ def test_a_run_whose_module_imports_the_old_paths_evaluates_once_its_files_are_c
     (run / "checksums.sha256").unlink()
     with pytest.raises(T2TError, match=r"sha256sum spiece.model modules/copy_task.py > checksums.sha256"):
         evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), trust_modules=True))
-    files = ["spiece.model", "modules/copy_task.py"]
-    (run / "checksums.sha256").write_text(durable.format_checksums({f: durable.sha256_of(run / f) for f in files}))
+    run_lib.record_checksums(run)  # what the printed sha256sum line writes
     scores = evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), trust_modules=True))
     assert set(scores) == {TASK} and "sequence_accuracy" in scores[TASK]
 
