@@ -702,19 +702,16 @@ class T5(nn.Module):
         """Feed ``tokens`` [B, T] at positions ``cache.length…``; decoder output [B, T, d_model]."""
         t, T = cache.length, tokens.shape[1]
         x = self.decoder.dropout(self.shared(tokens))  # [B, T, d]
-        self_bias = cache.self_bias(t, T)
-        for i, block in enumerate(self.decoder.blocks):
-            attn = block.self_attn
-            q, k, v = attn.project_qkv(attn.layer_norm(x), cache.qkv_weights[i])  # [B, H, T, d_kv] each
+
+        def store(i, k, v):  # the new keys/values in place; attend over positions 0..t+T-1
             cache.self_k[i][:, :, t:t + T] = k
             cache.self_v[i][:, :, t:t + T] = v
-            y = attn.attend(q, cache.self_k[i][:, :, :t + T], cache.self_v[i][:, :, :t + T], self_bias)
-            x = _clamp_fp16(x + attn.dropout(y))
-            if cache.cross_k:
-                x = _clamp_fp16(block.cross_attn(x, cache.cross_bias, kv=(cache.cross_k[i], cache.cross_v[i])))
-            x = _clamp_fp16(block.ff(x))
+            return cache.self_k[i][:, :, :t + T], cache.self_v[i][:, :, :t + T]
+
+        h = self._cached_blocks(x, cache.qkv_weights, store, cache.self_bias(t, T), cache.cross_k, cache.cross_v,
+                                cache.cross_bias)
         cache.length = t + T
-        return self.decoder.dropout(self.decoder.final_layer_norm(x))
+        return h
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """Feed one decoder token per row (``tokens`` [B]) at position ``cache.length``; logits [B, V]."""
@@ -731,13 +728,25 @@ class T5(nn.Module):
         bias = bias_table.index_select(2, position)  # [1, H, 1, max_len]
         if key_valid is not None:
             bias = bias.masked_fill(~key_valid[:, None, None, :], torch.finfo(bias.dtype).min)
-        for i, block in enumerate(self.decoder.blocks):
-            attn = block.self_attn
-            q, k, v = attn.project_qkv(attn.layer_norm(x), qkv_weights[i])  # [B, H, 1, d_kv] each
+
+        def store(i, k, v):  # the new keys/values at ``position``; attend over the whole cache
             self_k[i].index_copy_(2, position, k)
             self_v[i].index_copy_(2, position, v)
-            x = _clamp_fp16(x + attn.dropout(attn.attend(q, self_k[i], self_v[i], bias)))
+            return self_k[i], self_v[i]
+
+        h = self._cached_blocks(x, qkv_weights, store, bias, cross_k, cross_v, cross_bias)
+        return self.project(h[:, 0])  # [B, V]
+
+    def _cached_blocks(self, x, qkv_weights, store, self_bias, cross_k, cross_v, cross_bias) -> torch.Tensor:
+        """The decoder blocks over new tokens ``x`` [B, T, d] with cached self-attention: ``store(i, k, v)``
+        writes layer ``i``'s new keys/values into the cache and returns the keys/values to attend over; the
+        final-normed decoder output [B, T, d]."""
+        for i, block in enumerate(self.decoder.blocks):
+            attn = block.self_attn
+            q, k, v = attn.project_qkv(attn.layer_norm(x), qkv_weights[i])  # [B, H, T, d_kv] each
+            keys, values = store(i, k, v)
+            x = _clamp_fp16(x + attn.dropout(attn.attend(q, keys, values, self_bias)))
             if cross_k:
                 x = _clamp_fp16(block.cross_attn(x, cross_bias, kv=(cross_k[i], cross_v[i])))
             x = _clamp_fp16(block.ff(x))
-        return self.project(self.decoder.dropout(self.decoder.final_layer_norm(x))[:, 0])  # [B, V]
+        return self.decoder.dropout(self.decoder.final_layer_norm(x))
