@@ -1,24 +1,28 @@
-"""t2t on an accelerator: training tokens/s and MFU at nanoT5's setting, and greedy decoding, eager and compiled.
+"""t2t and transformers' T5 on an accelerator: training tokens/s and MFU at nanoT5's setting, and greedy
+decoding, eager and compiled, on the same weights.
 
 Run by hand when a GPU is at hand (never a test):
 
     python benchmarks/bench_gpu.py                       # t5.1.1-base, batch 128 × 512→114, bf16, CUDA
-    python benchmarks/bench_gpu.py --attention flex      # FlexAttention instead of SDPA
-    python benchmarks/bench_gpu.py --preset t5-tiny --device cpu --batch 4 --steps 3   # the code path, anywhere
+    python benchmarks/bench_gpu.py --preset t5-tiny --device cpu --batch 4 --steps 3 --decode 2 16 4  # anywhere
 
-Training: ``loss_sums`` + backward + Adafactor (t2t's optimizer) on random full rows (no padding), bf16
-autocast, eager and under ``torch.compile`` (the forward, loss and backward compiled as one function).
-nanoT5 trains T5 1.1-base at this setting (batch 128 × 512→114, bf16, compile) on one A100 in 0.56 s a step.
-Decoding: greedy, batch 32 × 128→32 (EOS suppressed, so every row decodes 32 tokens), eager and with the
-compiled static-shape step. MFU is the model FLOPs (counted from the shapes: 3 × every forward matmul,
-attention included, for training; 1 × for decoding) per second over the device's peak bf16 dense rate
-(``--peak-tflops``; default from the device name: H100 989, H200 989, A100 312). Results: JSON on stdout and
-in --out.
+Variants: t2t with SDPA (a dense bias per stack), t2t with FlexAttention (T5's bias inside the kernel), and
+transformers' ``T5ForConditionalGeneration`` built from the same config, whose random weights are copied
+into both t2t models through t2t's key map. Training: forward, mean token cross-entropy, backward and fused
+AdamW (the same optimizer for all) on random full rows (no padding), bf16 autocast with fp32 weights (as
+nanoT5 and ``precision: bf16`` do), eager and under ``torch.compile`` (forward and loss compiled as one
+function; transformers' without ``fullgraph``). nanoT5 trains T5 1.1-base at this setting on one A100 in
+0.56 s a step. Decoding: greedy, batch 32 × 128→32 (EOS suppressed, so every row decodes 32 tokens); t2t
+eager and with its compiled static-shape step, transformers' ``generate`` eager. MFU is the model FLOPs
+(counted from the shapes: 3 × every forward matmul, attention included, for training) per second over the
+device's peak dense bf16 rate (``--peak-tflops``; by default from the device's name). A variant that runs
+out of memory or fails is reported as such. Results: JSON on stdout and in --out.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -26,9 +30,9 @@ from pathlib import Path
 
 import torch
 
+from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
-from t2t.training.optim import OptimizerConfig, build_optimizer
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
 
@@ -48,6 +52,26 @@ def forward_flops(cfg: ModelConfig, B: int, S: int, T: int) -> float:
     dec = B * T * L * (6 * d * inner + ff) + B * S * L * 2 * d * inner
     dec += L * B * cfg.num_heads * (T * T + T * S) * cfg.d_kv * 2
     return 2.0 * (enc + dec + B * T * d * V)
+
+
+def transformers_model(cfg: ModelConfig):
+    """transformers' T5 with t2t's shape; its random weights are the ones every variant uses."""
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.d_kv, d_ff=cfg.d_ff, num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads, relative_attention_num_buckets=cfg.relative_attention_num_buckets,
+        relative_attention_max_distance=cfg.relative_attention_max_distance, dropout_rate=0.0,
+        feed_forward_proj=cfg.feed_forward_proj, tie_word_embeddings=cfg.tie_word_embeddings,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
+
+
+def t2t_model(cfg: ModelConfig, attention: str, hf) -> T5:
+    model = T5(dataclasses.replace(cfg, attention=attention))
+    state = hf.state_dict()
+    model.load_state_dict({k: state[hf_key(k)] for k in model.state_dict()})
+    return model
 
 
 def batch(B: int, S: int, T: int, vocab: int, device) -> dict:
@@ -83,28 +107,66 @@ def timed(fn, device, steps: int, warmup: int) -> tuple[list[float], float]:
     return times, first
 
 
-def training(model: T5, data: dict, compile: bool, precision: str, device):
-    optimizer = build_optimizer(model, OptimizerConfig())
+def mean_loss(model, kind: str):
+    """The mean token cross-entropy of a batch: t2t's ``loss_sums``, transformers' ``labels`` loss."""
+    if kind == "transformers":
+        return lambda b: model(input_ids=b["encoder_input_tokens"], decoder_input_ids=b["decoder_input_tokens"],
+                               labels=b["decoder_target_tokens"]).loss
 
     def loss(b):
-        with autocast(precision, device):
-            loss_sum, weight = model.loss_sums(b)
+        loss_sum, weight = model.loss_sums(b)
         return loss_sum / weight
+    return loss
 
-    loss_fn = torch.compile(loss, fullgraph=True) if compile else loss
+
+def training_step(model, kind: str, data: dict, compile: bool, precision: str, device):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    loss = mean_loss(model, kind)
+
+    def forward(b):
+        with autocast(precision, device):
+            return loss(b)
+
+    forward = torch.compile(forward, fullgraph=kind != "transformers") if compile else forward
 
     def step():
-        loss_fn(data).backward()
+        forward(data).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return step
 
 
-def decoding(model: T5, enc: torch.Tensor, n: int, compile: bool, precision: str, device):
+def decoding(model, kind: str, enc: torch.Tensor, n: int, compile: bool, precision: str, device):
     def run():
-        with autocast(precision, device):
+        with torch.no_grad(), autocast(precision, device):
+            if kind == "transformers":
+                return model.generate(input_ids=enc, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                      num_beams=1)[:, 1:]
             return model.generate(enc, max_new_tokens=n, min_new_tokens=n, compile=compile)
     return run
+
+
+def measure(fn, device, steps: int, warmup: int) -> dict:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        times, first = timed(fn, device, steps, warmup)
+    except torch.cuda.OutOfMemoryError:
+        return {"error": "out of memory"}
+    except Exception as error:  # a variant that cannot run (a kernel the device lacks) is reported, not fatal
+        return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"}
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {"seconds": statistics.median(times), "first_call_s": first,
+            "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None}
+
+
+def variants(cfg: ModelConfig, hf, names: list[str]):
+    """(name, kind, model factory) for each model compared."""
+    factories = {"t2t sdpa": lambda: t2t_model(cfg, "sdpa", hf), "t2t flex": lambda: t2t_model(cfg, "flex", hf),
+                 "transformers": lambda: hf}
+    return [(name, name.split()[0], factories[name]) for name in names]
 
 
 def main() -> None:
@@ -112,7 +174,9 @@ def main() -> None:
     parser.add_argument("--preset", default="t5.1.1-base")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
-    parser.add_argument("--attention", default="sdpa", choices=["sdpa", "flex"])
+    parser.add_argument("--models", nargs="+", default=["t2t sdpa", "t2t flex", "transformers"],
+                        choices=["t2t sdpa", "t2t flex", "transformers"])
+    parser.add_argument("--no-greedy", action="store_true", help="time training alone")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lengths", type=int, nargs=2, default=[512, 114], metavar=("INPUTS", "TARGETS"))
     parser.add_argument("--decode", type=int, nargs=3, default=[32, 128, 32], metavar=("BATCH", "INPUTS", "NEW"))
@@ -122,31 +186,39 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "gpu.json")
     args = parser.parse_args()
     device = torch.device(args.device)
-    cfg = resolve_model_config({"preset": args.preset, "dropout_rate": 0.0, "attention": args.attention})
+    cfg = resolve_model_config({"preset": args.preset, "dropout_rate": 0.0})
+    hf = transformers_model(cfg)
     peak = peak_tflops(device, args.peak_tflops)
     B, (S, T) = args.batch, args.lengths
+    DB, DS, DN = args.decode
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "preset": args.preset, "precision": args.precision,
-               "attention": args.attention, "peak_tflops": peak, "train": {}, "decode": {}}
+               "batch": [B, S, T], "decode": [DB, DS, DN], "peak_tflops": peak, "train": {}, "greedy": {}}
     data = batch(B, S, T, cfg.vocab_size, device)
-    for compile in (False, True):
-        model = T5(cfg).to(device).train()
-        times, first = timed(training(model, data, compile, args.precision, device), device, args.steps, args.warmup)
-        step = statistics.median(times)
-        flops = 3 * forward_flops(cfg, B, S, T) / step
-        results["train"]["compiled" if compile else "eager"] = {
-            "step_s": step, "first_step_s": first, "tokens_per_s": B * (S + T) / step,
-            "tflops": flops / 1e12, "mfu": flops / (peak * 1e12) if peak else None}
-        del model
-    DB, DS, DN = args.decode
     enc = batch(DB, DS, 1, cfg.vocab_size, device)["encoder_input_tokens"]
-    model = T5(cfg).to(device).eval()
-    for compile in (False, True):
-        times, first = timed(decoding(model, enc, DN, compile, args.precision, device), device,
-                             max(3, args.steps // 2), args.warmup)
-        seconds = statistics.median(times)
-        results["decode"]["compiled" if compile else "eager"] = {
-            "decode_s": seconds, "first_call_s": first, "new_tokens_per_s": DB * DN / seconds}
+    for name, kind, build in variants(cfg, hf, args.models):
+        for compile in (False, True):
+            label = f"{name} {'compiled' if compile else 'eager'}"
+            model = build().to(device).train()
+            row = measure(training_step(model, kind, data, compile, args.precision, device), device,
+                          args.steps, args.warmup)
+            if "seconds" in row:
+                flops = 3 * forward_flops(cfg, B, S, T) / row["seconds"]
+                row.update(tokens_per_s=B * (S + T) / row["seconds"], tflops=flops / 1e12,
+                           mfu=flops / (peak * 1e12) if peak else None)
+            results["train"][label] = row
+            print(label, "train", json.dumps(row), flush=True)
+            if args.no_greedy or (compile and kind == "transformers"):
+                continue  # transformers' generate is not compiled here
+            model.eval()
+            row = measure(decoding(model, kind, enc, DN, compile, args.precision, device), device,
+                          max(3, args.steps // 2), args.warmup)
+            if "seconds" in row:
+                row["new_tokens_per_s"] = DB * DN / row["seconds"]
+            results["greedy"][label] = row
+            print(label, "greedy", json.dumps(row), flush=True)
+            model.cpu()
+            torch.compiler.reset()
     print(json.dumps(results, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -26,9 +26,9 @@ def batch_of(architecture: str, pack: bool) -> dict[str, torch.Tensor]:
     return get_converter(architecture, 48, 24, pack=pack).convert(examples, batch_size=3 if pack else None)
 
 
-def sdpa_and_flex(architecture: str) -> tuple[T5, T5]:
+def sdpa_and_flex(architecture: str, **changes) -> tuple[T5, T5]:
     torch.manual_seed(0)
-    cfg = ModelConfig(**TINY, architecture=architecture)
+    cfg = ModelConfig(**{**TINY, **changes}, architecture=architecture)
     sdpa = T5(cfg).eval()
     flex = T5(dataclasses.replace(cfg, attention="flex")).eval()
     flex.load_state_dict(sdpa.state_dict())
@@ -76,10 +76,17 @@ def test_flex_training_on_the_cpu_is_one_sentence():
         model.hidden_states(batch_of("encoder_decoder", pack=False))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="on the GPU alone")
+def test_flex_refuses_heads_too_narrow_for_the_gpu_kernel():
+    _, flex = sdpa_and_flex("encoder_decoder")  # d_kv 8
+    with pytest.raises(T2TError, match="d_kv"):
+        flex.cuda().hidden_states({k: v.cuda() for k, v in batch_of("encoder_decoder", pack=False).items()})
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention has no backward on the CPU")
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_flex_gradients_equal_sdpa_on_cuda(architecture):
-    sdpa, flex = (m.cuda().train() for m in sdpa_and_flex(architecture))
+    sdpa, flex = (m.cuda().train() for m in sdpa_and_flex(architecture, d_kv=16))  # the GPU kernel's least
     batch = {k: v.cuda() for k, v in batch_of(architecture, pack=True).items()}
     grads = []
     for model in (sdpa, flex):

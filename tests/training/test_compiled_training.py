@@ -82,3 +82,17 @@ def test_a_stopped_and_resumed_compiled_run_with_dropout_logs_the_uninterrupted_
     # one float32 ulp of the loss, 1e-7), so "the same losses" is to float32 rounding: a dropout mask or a data
     # position not restored moves the loss by 1e-3 and more
     assert losses(tmp_path / "stopped") == pytest.approx(losses_of(straight), rel=1e-5, abs=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention has no backward on the CPU")
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_flex_attention_trains_with_the_sdpa_losses_on_cuda(tmp_path, compile):
+    """Two fused kernels that accumulate in fp32 in different orders: the losses agree to rounding, which
+    20 steps of AdamW at 3e-3 may amplify, hence 1e-4 rather than the 1e-5 of a single forward pass."""
+    sdpa = losses_of(train(settings(tmp_path / "sdpa", device="cuda", compile=compile,
+                                    model={**TINY, "d_kv": 16, "dropout_rate": 0.0})))
+    flex = losses_of(train(settings(tmp_path / "flex", device="cuda", compile=compile,
+                                    model={**TINY, "d_kv": 16, "dropout_rate": 0.0,
+                                           "attention": "flex"})))
+    assert flex == pytest.approx(sdpa, rel=1e-4)
+    assert sdpa[-1] < sdpa[0]

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Everything t2t checks and measures on a GPU, in one command, on a machine with CUDA, torch and transformers
+# (and nai-t5 for the peers' encoder):
+#
+#     bash benchmarks/run_gpu.sh [RESULTS_DIR] [tests|bench|all]
+#
+# tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
+# training and decoding, which pick the GPU by themselves); bench: bench_gpu.py (t5.1.1-base at nanoT5's
+# setting against transformers), bench_precision.py and bench_peers.py on the GPU. Exit status 1 if any failed.
+set -uo pipefail
+out=${1:-benchmarks/results}
+what=${2:-all}
+mkdir -p "$out"
+status=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+if [[ $what != bench ]]; then
+    python -m pytest -q -p no:cacheprovider -W ignore::UserWarning tests/models/test_flex_attention.py \
+        tests/models/test_compiled_decoding.py tests/training/test_compiled_training.py || status=1
+fi
+if [[ $what != tests ]]; then
+    python benchmarks/bench_gpu.py --out "$out/gpu.json" || status=1
+    python benchmarks/bench_precision.py --device cuda --out "$out/precision-cuda.json" || status=1
+    if python -c "import nai_t5" 2>/dev/null; then
+        python benchmarks/bench_peers.py --device cuda --precision bf16 --out "$out/peers-cuda.json" || status=1
+    else
+        echo "nai-t5 is not installed: bench_peers.py skipped (pip install nai-t5)"
+    fi
+fi
+exit $status
