@@ -119,6 +119,9 @@ def test_model_fields_override_the_preset_from_the_command_line():
     ({"preset": "t5-tiny", "num_layers": "three"}, r"setting model\.num_layers must be of type int"),
     ({"architecture": "rnn"}, r"setting model\.architecture must be one of 'encoder_decoder'"),
     ({"preset": "t5-tin"}, r"no models config 't5-tin'"),
+    # with 32 buckets the decoder's first 16 are exact distances; a max distance of 16 made the others NaN
+    ({"preset": "t5-tiny", "relative_attention_max_distance": 16},
+     r"setting model\.relative_attention_max_distance must be > relative_attention_num_buckets // 2 \(16\), got 16"),
 ])
 def test_bad_model_settings_are_one_sentence(setting, message):
     from t2t.models.t5 import resolve_model_config

@@ -93,6 +93,11 @@ class ModelConfig:
         for name in ("pad_id", "eos_id", "decoder_start_id"):
             if getattr(self, name) >= self.vocab_size:
                 raise config_lib.SettingError(name, f"< vocab_size ({self.vocab_size})", getattr(self, name))
+        exact = self.relative_attention_num_buckets // 2  # the decoder's exact-distance buckets
+        if self.relative_attention_max_distance <= exact:  # the log-spaced buckets would divide by log(1) or less
+            raise config_lib.SettingError("relative_attention_max_distance",
+                                          f"> relative_attention_num_buckets // 2 ({exact})",
+                                          self.relative_attention_max_distance)
 
     @property
     def decoder_layers(self) -> int:
