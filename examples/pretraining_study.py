@@ -21,13 +21,13 @@ Runs go to ``--out`` (git-ignored); running the command again skips finished run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from study_summary import TASKS, finetune_run, finished, summarize  # examples/, beside this script
@@ -41,7 +41,7 @@ CONDITIONS = ("scratch", *PRETRAINING)
 MODEL = "configs/models/study-medium.yaml"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Scale:
     pretrain_steps: int
     finetune_steps: dict[str, int]  # per task: long enough that the scratch runs stop improving
@@ -135,13 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=None, help="where results.csv and the PNGs go "
                         "(default docs/study for --scale full, else <out>/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, help="a subset of the scale's tasks")
+    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, help="a subset of its conditions")
+    parser.add_argument("--seeds", nargs="+", type=int, help="other fine-tuning seeds")
     parser.add_argument("--summarize-only", action="store_true", help="write the results of finished runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("T2T_DATA_DIR", str(ROOT.parent / "shared" / "data"))
     suffix = "" if args.scale == "full" else f"-{args.scale}"
     out = (args.out or ROOT / "runs" / f"pretraining-study{suffix}").resolve()
     docs = args.docs or (ROOT / "docs" / "study" if args.scale == "full" else out / "docs")
-    study = Study(out, SCALES[args.scale])
+    scale = dataclasses.replace(SCALES[args.scale], **{name: tuple(value) for name in ("tasks", "conditions", "seeds")
+                                                       if (value := getattr(args, name))})
+    study = Study(out, scale)
     if not args.summarize_only:
         study.run(args.jobs)
     print(summarize(out, study.scale.tasks, study.scale.conditions, study.scale.seeds, docs))

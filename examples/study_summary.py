@@ -134,7 +134,8 @@ def plot(out: Path, tasks, conditions, seeds, docs: Path) -> list[Path]:
         if records:
             ax.plot([r["step"] for r in records], [r["loss"] for r in records], label=CONDITION_LABELS[condition])
     ax.set(xlabel="pre-training step", ylabel="span-corruption loss", title="Pre-training")
-    ax.legend()
+    if ax.lines:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(docs / "pretraining_loss.png", dpi=110)
     plt.close(fig)
@@ -150,8 +151,10 @@ def plot(out: Path, tasks, conditions, seeds, docs: Path) -> list[Path]:
                 ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], alpha=0.2)
         ax.set(xlabel="fine-tuning step", title=TASK_LABELS[task])
     axes[0][0].set_ylabel("validation score")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+    if any(ax.lines for ax in axes[0]):
+        fig.legend(*next(ax for ax in axes[0] if ax.lines).get_legend_handles_labels(), loc="lower center",
+                   ncol=len(conditions), fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend below
     fig.savefig(docs / "finetuning_curves.png", dpi=110)
     plt.close(fig)
     written.append(docs / "finetuning_curves.png")
