@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Small-scale replication of the T5 paper's headline findings (docs/study.md), through the CLIs only.
+# Small-scale replication of the T5 paper's headline findings (docs/study-first-round.md), through the CLIs only.
 #
 #   examples/replicate_t5.sh --scale smoke   # ~3 min on 2 idle cores: every stage with 20-40 steps (plumbing)
-#   examples/replicate_t5.sh --scale full    # ~30 min on 2 idle CPU cores (65 on a busy one): docs/study.md
+#   examples/replicate_t5.sh --scale full    # ~30 min on 2 idle CPU cores (65 on a busy one): docs/study-first-round.md
 #
 # Stages (runs go to runs/study/<scale>/, which git ignores; a rerun resumes finished/unfinished runs):
 #   1. t2t-vocab: an 8k SentencePiece vocabulary on $T2T_DATA_DIR/corpus

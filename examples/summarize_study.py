@@ -1,4 +1,4 @@
-"""Tables and curves of the small-scale replication study (examples/replicate_t5.sh, docs/study.md).
+"""Tables and curves of the small-scale replication study (examples/replicate_t5.sh, docs/study-first-round.md).
 
     python examples/summarize_study.py runs/study/full --docs docs
 
@@ -6,7 +6,7 @@ Reads, under the study folder: ``timings.jsonl`` (wall time per stage), ``pretra
 and ``finetune_<condition>/metrics.jsonl`` (training losses, the in-training validation scores), and
 ``finetune_<condition>/eval/validation/<task>.metrics.json`` (t2t-eval on the full validation sets). Writes
 ``study_pretrain.png`` and ``study_finetune.png`` into ``--docs`` and the markdown tables between the
-``<!-- study-results -->`` / ``<!-- /study-results -->`` markers of ``<docs>/study.md`` (the rest of that page is
+``<!-- study-results -->`` / ``<!-- /study-results -->`` markers of ``<docs>/study-first-round.md`` (the rest of that page is
 prose and stays as it is); without the markers or the page the tables go to ``<docs>/study_results.md``.
 """
 
@@ -342,7 +342,7 @@ def main(argv=None) -> int:
     args.docs.mkdir(parents=True, exist_ok=True)
     add_longer_pretraining(args.study)
     table = results_markdown(args.study)
-    page = args.docs / "study.md"
+    page = args.docs / "study-first-round.md"
     text = page.read_text() if page.exists() else ""
     if START in text and END in text:
         head, rest = text.split(START, 1)
