@@ -2,7 +2,7 @@
 unlabelled data), rerun on this machine through the CLIs (docs/study.md).
 
     python examples/pretraining_study.py                      # the whole study (hours on 2 CPU cores; resumes)
-    python examples/pretraining_study.py --scale probe        # SST-2, scratch vs generic, seed 0
+    python examples/pretraining_study.py --scale probe        # SST-2, scratch vs generic, seed 0 (part of the study)
     python examples/pretraining_study.py --scale smoke        # every stage for a few steps (the plumbing)
 
 Stages, each a t2t CLI call with its log in ``<out>/logs`` and its wall time in ``<out>/timings.jsonl``:
@@ -131,7 +131,7 @@ class Study:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=SCALES, default="full")
-    parser.add_argument("--out", type=Path, default=None, help="runs folder (default runs/pretraining-study[-SCALE])")
+    parser.add_argument("--out", type=Path, default=None, help="runs folder (default runs/pretraining-study, -smoke for the smoke scale)")
     parser.add_argument("--docs", type=Path, default=None, help="where results.csv and the PNGs go "
                         "(default docs/study for --scale full, else <out>/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summarize-only", action="store_true", help="write the results of finished runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("T2T_DATA_DIR", str(ROOT.parent / "shared" / "data"))
-    suffix = "" if args.scale == "full" else f"-{args.scale}"
+    suffix = "-smoke" if args.scale == "smoke" else ""  # the probe is a part of the full study: it shares its runs
     out = (args.out or ROOT / "runs" / f"pretraining-study{suffix}").resolve()
     docs = args.docs or (ROOT / "docs" / "study" if args.scale == "full" else out / "docs")
     scale = dataclasses.replace(SCALES[args.scale], **{name: tuple(value) for name in ("tasks", "conditions", "seeds")

@@ -162,8 +162,10 @@ def plot(out: Path, tasks, conditions, seeds, docs: Path) -> list[Path]:
 
 
 def summarize(out: Path, tasks, conditions, seeds, docs: Path) -> str:
-    """Write results.csv and the PNGs into ``docs``; return the table."""
+    """Write results.csv, table.md and the PNGs into ``docs``; return the table."""
     rows = results(out, tasks, conditions, seeds)
     write_csv(rows, docs / "results.csv")
     plot(out, tasks, conditions, seeds, docs)
-    return table(rows, tasks, conditions)
+    text = table(rows, tasks, conditions)
+    (docs / "table.md").write_text(text + "\n")
+    return text
