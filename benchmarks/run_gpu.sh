@@ -5,7 +5,7 @@
 #     bash benchmarks/run_gpu.sh [RESULTS_DIR] [tests|bench|all]
 #
 # tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
-# training and decoding, which pick the GPU by themselves); bench: bench_gpu.py (t5.1.1-base at nanoT5's
+# training and decoding, which use the GPU when there is one); bench: bench_gpu.py (t5.1.1-base at nanoT5's
 # setting against transformers), bench_precision.py and bench_peers.py on the GPU. Exit status 1 if any failed.
 set -uo pipefail
 out=${1:-benchmarks/results}

@@ -58,8 +58,9 @@ def test_the_forward_pass_and_loss_are_one_graph_for_every_batch():
     """fullgraph=True fails on any graph break; the rows' count of scored tokens varies from batch to batch
     (the loss runs the output layer on those alone) and must not make a graph each."""
     torch.manual_seed(0)
-    objective = torch.compile(TrainingObjective(T5(ModelConfig(**TINY, dropout_rate=0.1)).train(), 0.0),
-                              fullgraph=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # like train()'s device "auto"
+    model = T5(ModelConfig(**TINY, dropout_rate=0.1)).train().to(device)
+    objective = torch.compile(TrainingObjective(model, 0.0), fullgraph=True)
     torch._dynamo.utils.counters.clear()
     g = torch.Generator().manual_seed(1)
     for scored in (6, 4, 1):
@@ -69,7 +70,7 @@ def test_the_forward_pass_and_loss_are_one_graph_for_every_batch():
                  "decoder_input_tokens": torch.randint(2, 500, (2, 6), generator=g),
                  "decoder_target_tokens": torch.randint(2, 500, (2, 6), generator=g),
                  "decoder_loss_weights": weights}
-        objective(batch).backward()
+        objective({k: v.to(device) for k, v in batch.items()}).backward()
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
