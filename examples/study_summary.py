@@ -3,7 +3,7 @@
 A fine-tuning run's score is its best in-training evaluation on the task's full validation set (§3.1.2
 reports each task at its best checkpoint), in the task's metric on 0-100; MRPC's and STS-B's two metrics
 are averaged, as the paper does for its GLUE average. A pre-trained condition "beats scratch beyond the
-seeds' spread" on a task when its worst seed scores above scratch's best seed.
+seeds' spread" on a task when its worst seed scores above scratch's best seed (undecided below two seeds each).
 """
 
 from __future__ import annotations
@@ -95,9 +95,12 @@ def mean_std(scores: list[float]) -> str:
     return f"{statistics.mean(scores):.1f}{spread} (n={len(scores)})"
 
 
-def beats_scratch(pretrained: list[float], scratch: list[float]) -> bool:
-    """Above scratch beyond the seeds' spread: the worst pre-trained seed above the best scratch seed."""
-    return bool(pretrained and scratch) and min(pretrained) > max(scratch)
+def beats_scratch(pretrained: list[float], scratch: list[float]) -> bool | None:
+    """Above scratch beyond the seeds' spread: the worst pre-trained seed above the best scratch seed (None
+    while either has fewer than two seeds: one seed has no spread to exceed)."""
+    if min(len(pretrained), len(scratch)) < 2:
+        return None
+    return min(pretrained) > max(scratch)
 
 
 def table(rows: list[dict], tasks, conditions) -> str:
@@ -110,8 +113,8 @@ def table(rows: list[dict], tasks, conditions) -> str:
         cells = [mean_std(grouped.get((task, c), [])) for c in conditions]
         for c in pretrained:
             won = beats_scratch(grouped.get((task, c), []), grouped.get((task, "scratch"), []))
-            wins[c] += won
-            cells.append("yes" if won else "no")
+            wins[c] += bool(won)
+            cells.append({True: "yes", False: "no", None: "— (under 2 seeds)"}[won])
         lines.append(f"| {TASK_LABELS[task]} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"{CONDITION_LABELS[c]}: above no pre-training beyond the seeds' spread on {wins[c]} of "
@@ -143,8 +146,8 @@ def plot(out: Path, tasks, conditions, seeds, docs: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 3.3), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for condition in conditions:
-            curves = [dict(evaluations(finetune_run(out, task, condition, s), task)) for s in seeds]
-            steps = sorted(set.intersection(*(set(c) for c in curves))) if all(curves) else []
+            curves = [c for s in seeds if (c := dict(evaluations(finetune_run(out, task, condition, s), task)))]
+            steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []  # the seeds run so far
             if steps:
                 values = [[c[step] for c in curves] for step in steps]
                 ax.plot(steps, [statistics.mean(v) for v in values], label=CONDITION_LABELS[condition])
