@@ -95,11 +95,9 @@ class Study:
         if finished(run, self.scale.pretrain_steps):
             return
         task, extra = PRETRAINING[condition]
-        self.stage(f"pretrain_{condition}", [
-            "t2t-train", *extra, "--task", task, "--config", "configs/recipes/study-pretrain.yaml", "--model", MODEL,
-            "--vocab", str(self.vocab), "--seed", "0", "--train-steps", str(self.scale.pretrain_steps),
-            "--save-every", str(max(10, self.scale.pretrain_steps // 10)), "--log-every", "100",
-            "--set", "precision=bf16", "--set", "threads=1", "--output-dir", str(run)])
+        self.stage(f"pretrain_{condition}", self.train_command(
+            run, "study-pretrain", 0, self.scale.pretrain_steps, *extra, "--task", task,
+            "--save-every", str(max(10, self.scale.pretrain_steps // 10)), "--log-every", "100"))
 
     def finetune(self, task: str, condition: str, seed: int) -> None:
         run = finetune_run(self.out, task, condition, seed)
@@ -107,13 +105,17 @@ class Study:
         if finished(run, steps):
             return
         init = [] if condition == "scratch" else ["--init-from", str(self.out / f"pretrain_{condition}")]
-        self.stage(run.relative_to(self.out).as_posix().replace("/", "_"), [
-            "t2t-train", "--mixture", TASKS[task][0], "--config", "configs/recipes/study-finetune.yaml",
-            "--model", MODEL, *init, "--vocab", str(self.vocab), "--seed", str(seed), "--train-steps", str(steps),
+        self.stage(run.relative_to(self.out).as_posix().replace("/", "_"), self.train_command(
+            run, "study-finetune", seed, steps, *init, "--mixture", TASKS[task][0],
             "--save-every", str(steps), "--eval-every", str(self.scale.eval_every[task]), "--log-every", "50",
             "--set", f"eval_max_examples={self.scale.eval_examples}", "--set", "skip_unavailable=false",
-            "--set", f"input_length={INPUT_LENGTH.get(task, 128)}",
-            "--set", "precision=bf16", "--set", "threads=1", "--output-dir", str(run)])
+            "--set", f"input_length={INPUT_LENGTH.get(task, 128)}"))
+
+    def train_command(self, run: Path, recipe: str, seed: int, steps: int, *args: str) -> list[str]:
+        """t2t-train with the study's model, vocabulary, bf16 and one thread, plus the stage's own ``args``."""
+        return ["t2t-train", *args, "--config", f"configs/recipes/{recipe}.yaml", "--model", MODEL,
+                "--vocab", str(self.vocab), "--seed", str(seed), "--train-steps", str(steps),
+                "--set", "precision=bf16", "--set", "threads=1", "--output-dir", str(run)]
 
     def run(self, jobs: int) -> None:
         """Pre-training first; scratch fine-tuning fills free slots meanwhile; the rest waits for its model."""
