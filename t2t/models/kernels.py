@@ -221,13 +221,14 @@ def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Fle
         raise T2TError(f"model.attention=flex runs forward only on the CPU (torch {torch.__version__.split('+')[0]} "
                        f"has no FlexAttention backward there); train with model.attention=sdpa on the CPU, or "
                        f"on a CUDA device.")
-    if q.device.type != "cpu" and q.shape[-1] < 16:
+    if q.device.type == "cpu":
+        return flex_attention(q, k, v, score_mod=bias.score_mod, block_mask=bias.block_mask, scale=1.0)
+    if q.shape[-1] < 16:
         raise T2TError(f"model.attention=flex on a GPU needs model.d_kv of at least 16 (FlexAttention's fused "
                        f"kernel), not {q.shape[-1]}; use model.attention=sdpa for this model.")
-    eager_on_gpu = q.device.type != "cpu" and not torch.compiler.is_compiling()
-    kernel = compiled_flex_attention() if eager_on_gpu else flex_attention
-    options = None if q.device.type == "cpu" else GPU_FLEX_KERNEL_OPTIONS
-    return kernel(q, k, v, score_mod=bias.score_mod, block_mask=bias.block_mask, scale=1.0, kernel_options=options)
+    kernel = flex_attention if torch.compiler.is_compiling() else compiled_flex_attention()
+    return kernel(q, k, v, score_mod=bias.score_mod, block_mask=bias.block_mask, scale=1.0,
+                  kernel_options=GPU_FLEX_KERNEL_OPTIONS)
 
 
 @functools.cache
