@@ -5,9 +5,10 @@ On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN
 its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes ``x @ W.T`` (the forward
 pass) and ``grad @ W`` (the input gradient) to oneDNN, where it wins on AMD and ties on Intel, and leaves
 ``grad.T @ x`` (the weight gradient, no faster there) on MKL. Both are IEEE fp32 kernels (no
-reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken only for
-fp32 CPU tensors with autocast off and outside ``torch.compile`` (inductor cannot lower the oneDNN op;
-compiled code gets ``F.linear``); everything else (CUDA, bf16, meta tensors) is plain ``F.linear``.
+reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken for fp32
+CPU tensors with autocast off, eager and compiled alike: the product is the custom op ``t2t::onednn_linear``,
+which ``torch.compile`` keeps as an opaque call and fuses the element-wise work around it (inductor has no
+lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
@@ -42,27 +43,32 @@ from t2t.errors import T2TError
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+@torch.library.custom_op("t2t::onednn_linear", mutates_args=())
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
-class _CpuLinear(torch.autograd.Function):
-    """``x @ weight.T`` with the forward and input-gradient GEMMs on oneDNN, the weight gradient on MKL."""
+@onednn_linear.register_fake
+def _onednn_linear_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        return onednn_linear(x, weight)
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        x, weight = ctx.saved_tensors
-        grad_x = onednn_linear(grad, weight.t()) if ctx.needs_input_grad[0] else None
-        grad_w = None
-        if ctx.needs_input_grad[1]:
-            grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
-        return grad_x, grad_w
+def _save_linear_inputs(ctx, inputs: tuple, output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _onednn_linear_backward(ctx, grad: torch.Tensor):
+    """The input gradient on oneDNN, the weight gradient on MKL (no faster on oneDNN)."""
+    x, weight = ctx.saved_tensors
+    grad_x = onednn_linear(grad, weight.t()) if ctx.needs_input_grad[0] else None
+    grad_w = None
+    if ctx.needs_input_grad[1]:
+        grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+    return grad_x, grad_w
+
+
+onednn_linear.register_autograd(_onednn_linear_backward, setup_context=_save_linear_inputs)
 
 
 def _eager_on_cpu(x: torch.Tensor) -> bool:
@@ -71,7 +77,7 @@ def _eager_on_cpu(x: torch.Tensor) -> bool:
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (HAS_ONEDNN and _eager_on_cpu(x) and x.dtype == weight.dtype == torch.float32
+    return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu"))
 
 
@@ -83,7 +89,7 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
     if _use_onednn(x, weight):
-        return _CpuLinear.apply(x, weight)
+        return onednn_linear(x, weight)
     return F.linear(x, weight)
 
 

@@ -7,6 +7,11 @@ import torch.nn.functional as F
 from t2t.models import kernels
 
 
+def _takes_onednn(y: torch.Tensor) -> bool:
+    """Whether ``y`` came out of the oneDNN custom op (its autograd node is named after it)."""
+    return "onednn_linear" in type(y.grad_fn).__name__
+
+
 def _grads(fn, x, w, grad_out):
     x = x.clone().requires_grad_(True)
     w = w.clone().requires_grad_(True)
@@ -24,7 +29,7 @@ def test_linear_matches_f_linear_values_and_gradients(shape):
     ours = _grads(kernels.linear, x, w, grad_out)
     ref = _grads(F.linear, x, w, grad_out)
     if kernels.HAS_ONEDNN:  # what was compared is the oneDNN path (without it, F.linear is all there is)
-        assert type(kernels.linear(x.requires_grad_(True), w).grad_fn).__name__ == "_CpuLinearBackward"
+        assert _takes_onednn(kernels.linear(x.requires_grad_(True), w))
     for a, b in zip(ours, ref):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
@@ -33,12 +38,33 @@ def test_linear_matches_f_linear_values_and_gradients(shape):
 @pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
 def test_fp32_cpu_takes_the_onednn_path_and_other_dtypes_do_not():
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(6, 8)
-    assert type(kernels.linear(x, w).grad_fn).__name__ == "_CpuLinearBackward"
+    assert _takes_onednn(kernels.linear(x, w))
     assert kernels._use_onednn(x, w)
     assert not kernels._use_onednn(x.double(), w.double())
     assert not kernels._use_onednn(x.bfloat16(), w.bfloat16())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not kernels._use_onednn(x, w)
+
+
+@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
+def test_compiled_code_keeps_the_onednn_product_and_its_gradients():
+    graphs = []
+
+    def record(graph_module, example_inputs):  # the graph torch.compile hands its backend
+        graphs.append(graph_module)
+        return graph_module
+
+    layer = kernels.Linear(16, 24)
+    torch.compile(layer, backend=record, fullgraph=True)(torch.randn(2, 3, 16))
+    called = {str(node.target) for graph in graphs for node in graph.graph.nodes}
+    assert any("t2t.onednn_linear" in target for target in called), called
+
+    g = torch.Generator().manual_seed(0)
+    x, w, grad_out = torch.randn(3, 5, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(3, 5, 24, generator=g)
+    compiled = torch.compile(lambda a, b: torch.relu(kernels.linear(a, b)), fullgraph=True)
+    eager = _grads(lambda a, b: torch.relu(F.linear(a, b)), x, w, grad_out)
+    for a, b in zip(_grads(compiled, x, w, grad_out), eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_linear_module_keeps_nn_linear_parameters():
