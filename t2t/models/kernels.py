@@ -2,9 +2,9 @@
 (What each choice measured, per CPU: benchmarks/README.md, "Model".)
 
 On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN (which PyTorch ships for
-its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes ``x @ W.T`` (the forward
-pass) and ``grad @ W`` (the input gradient) to oneDNN, where it wins on AMD and ties on Intel, and leaves
-``grad.T @ x`` (the weight gradient, no faster there) on MKL. Both are IEEE fp32 kernels (no
+its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes all three products of a
+linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and ``grad.T @ x``
+(the weight gradient), where it wins on AMD (about twice MKL's rate) and ties on Intel. Both are IEEE fp32 kernels (no
 reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken for fp32
 CPU tensors with autocast off, eager and compiled alike: the product is the custom op ``t2t::onednn_linear``,
 which ``torch.compile`` keeps as an opaque call and fuses the element-wise work around it (inductor has no
@@ -21,8 +21,10 @@ was a large share of a t5-small training step on the CPU. The drop probability i
 rate, so expectations are unchanged. Masks are a function of torch's seed alone (resume and per-step seeding
 hold), or, inside ``row_generators``, row ``b`` of every mask comes from its own generator: the trainer seeds
 each row from (seed, step, the row's index in the global batch), so a row gets the same masks whichever
-process and micro-batch it lands in (one ``random_`` call per row instead of one per mask). CUDA and
-compiled code use ``F.dropout`` with torch's generator.
+process and micro-batch it lands in (one ``random_`` call per row instead of one per mask). The mask is the
+custom op ``t2t::dropout_keep_mask``, so compiled code draws the very masks eager code draws, in the same
+order (a compiled CPU run with dropout computes what the eager one does); CUDA uses ``F.dropout`` with
+torch's generator.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, 
 @torch.library.custom_op("t2t::onednn_linear", mutates_args=())
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
+    if x.shape[-1] == 0:  # an empty sum (the weight gradient of an empty batch): oneDNN refuses it
+        return x.new_zeros((*x.shape[:-1], weight.shape[0]))
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
@@ -59,21 +63,16 @@ def _save_linear_inputs(ctx, inputs: tuple, output: torch.Tensor) -> None:
 
 
 def _onednn_linear_backward(ctx, grad: torch.Tensor):
-    """The input gradient on oneDNN, the weight gradient on MKL (no faster on oneDNN)."""
+    """Both gradients on oneDNN: ``grad @ W`` and ``grad.T @ x`` (transposed views, no copies)."""
     x, weight = ctx.saved_tensors
     grad_x = onednn_linear(grad, weight.t()) if ctx.needs_input_grad[0] else None
     grad_w = None
     if ctx.needs_input_grad[1]:
-        grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        grad_w = onednn_linear(grad.reshape(-1, grad.shape[-1]).t(), x.reshape(-1, x.shape[-1]).t())
     return grad_x, grad_w
 
 
 onednn_linear.register_autograd(_onednn_linear_backward, setup_context=_save_linear_inputs)
-
-
-def _eager_on_cpu(x: torch.Tensor) -> bool:
-    """Whether the CPU kernels here apply: ``x`` on the CPU and not being traced by ``torch.compile``."""
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -134,40 +133,44 @@ def _random_words(rows: int, words: int, device: torch.device) -> torch.Tensor:
     return out
 
 
-def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    """A bool mask of ``shape`` that keeps each element with probability ≈ 1 - ``p``, and 1 / that exact
-    probability (the scale for the kept values)."""
+# Every mask drawn adds one here. The mask op writes it so that torch.compile treats each call as a side
+# effect, in program order: it would otherwise merge two draws of the same shape into one mask.
+_masks_drawn = torch.zeros((), dtype=torch.int64)
+
+
+@torch.library.custom_op("t2t::dropout_keep_mask", mutates_args=("masks_drawn",))
+def _draw_keep_mask(masks_drawn: torch.Tensor, shape: list[int], threshold: int) -> torch.Tensor:
+    """A CPU bool mask of ``shape``, True where a 15-bit draw is at least ``threshold``."""
+    masks_drawn.add_(1)
     rows = 1 if _row_generators is None else len(_row_generators)
     if _row_generators is not None and shape[0] != rows:
         raise RuntimeError(f"a dropout mask for {shape[0]} rows inside row_generators for {rows} rows")
     n = math.prod(shape) // rows  # draws per row
-    words = _random_words(rows, (n + 1) // 2, device)
+    words = _random_words(rows, (n + 1) // 2, masks_drawn.device)
     draws = words.view(torch.int16)[:, :n].bitwise_and_(_DRAWS - 1)  # uniform on [0, 2^15)
+    return (draws >= threshold).reshape(shape)
+
+
+@_draw_keep_mask.register_fake
+def _keep_mask_shape(masks_drawn: torch.Tensor, shape: list[int], threshold: int) -> torch.Tensor:
+    return masks_drawn.new_empty(shape, dtype=torch.bool)
+
+
+def keep_mask(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
+    """A CPU bool mask of ``shape`` that keeps each element with probability ≈ 1 - ``p``, and 1 / that exact
+    probability (the scale for the kept values)."""
     threshold = min(round(p * _DRAWS), _DRAWS - 1)
-    return (draws >= threshold).reshape(shape), _DRAWS / (_DRAWS - threshold)
-
-
-class _CpuDropout(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
-        keep, scale = keep_mask(x.shape, p, x.device)
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return x.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None
+    return _draw_keep_mask(_masks_drawn, list(shape), threshold), _DRAWS / (_DRAWS - threshold)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the cheaper mask on the CPU (see the module doc)."""
     if not training or p == 0.0:
         return x
-    if not _eager_on_cpu(x) or p >= 1.0:
+    if x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training)
-    return _CpuDropout.apply(x, p)
+    keep, scale = keep_mask(x.shape, p)
+    return x.mul(keep).mul_(scale)
 
 
 class Dropout(nn.Dropout):
@@ -208,7 +211,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     """
     if isinstance(bias, FlexBias):
         return _flex_attention(q, k, v, bias)
-    if dropout_p == 0.0 or not _eager_on_cpu(q):
+    if dropout_p == 0.0 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
     scores = q @ k.transpose(-2, -1)
     if bias is not None:

@@ -90,7 +90,7 @@ def test_cpu_dropout_keeps_one_minus_p_and_preserves_the_mean(p):
     kept = (y != 0).double().mean().item()
     sd = (p * (1 - p) / x.numel()) ** 0.5
     assert abs(kept - (1 - p)) < 5 * sd
-    _, scale = kernels.keep_mask(x.shape, p, x.device)
+    _, scale = kernels.keep_mask(x.shape, p)
     assert scale == pytest.approx(1 / (1 - p), rel=1e-4)
     assert torch.all(y[y != 0] == torch.tensor(scale, dtype=y.dtype))
     assert abs(y.double().mean().item() - 1) < 5 * sd * scale
@@ -119,9 +119,9 @@ def test_dropout_is_identity_in_eval_and_at_zero_and_zeroes_at_one():
     # p rounds to a multiple of 2^-15: just below 1 keeps one draw value in 2^15 (scale 2^15, no division by
     # zero); below 2^-16 it keeps everything at scale 1
     torch.manual_seed(0)
-    keep, scale = kernels.keep_mask((1 << 20,), 0.99999, x.device)
+    keep, scale = kernels.keep_mask((1 << 20,), 0.99999)
     assert scale == 2.0 ** 15 and 0 < int(keep.sum()) < 100
-    keep, scale = kernels.keep_mask((1 << 20,), 1e-5, x.device)
+    keep, scale = kernels.keep_mask((1 << 20,), 1e-5)
     assert scale == 1.0 and bool(keep.all())
 
 
@@ -132,7 +132,7 @@ def test_attention_with_dropout_is_softmax_of_scores_plus_bias_times_the_mask_ti
     torch.manual_seed(7)
     y = kernels.attention(q, k, v, bias, 0.2)
     torch.manual_seed(7)
-    keep, scale = kernels.keep_mask((2, 3, 5, 5), 0.2, q.device)
+    keep, scale = kernels.keep_mask((2, 3, 5, 5), 0.2)
     probs = (q @ k.transpose(-2, -1) + bias).softmax(-1)
     torch.testing.assert_close(y, (probs * keep * scale) @ v)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
@@ -143,7 +143,7 @@ def test_row_generators_make_each_rows_masks_a_function_of_its_seed_alone():
     x = torch.randn(3, 4, 33)  # 132 draws per row: the int16 halves of 66 words
     with kernels.row_generators([11, 12, 13]):
         whole = kernels.dropout(x, 0.5, training=True)
-        attention_mask = kernels.keep_mask((3, 2, 5, 5), 0.5, x.device)[0]
+        attention_mask = kernels.keep_mask((3, 2, 5, 5), 0.5)[0]
     with kernels.row_generators([12]):
         middle = kernels.dropout(x[1:2], 0.5, training=True)
     with kernels.row_generators([13, 11]):
@@ -162,3 +162,29 @@ def test_row_generators_make_each_rows_masks_a_function_of_its_seed_alone():
     assert torch.equal(kernels.dropout(x, 0.5, training=True), outside) and not torch.equal(outside, whole)
     with kernels.row_generators([1, 2]), pytest.raises(RuntimeError, match="3 rows"):
         kernels.dropout(x, 0.5, training=True)
+
+
+def test_compiled_dropout_draws_the_eager_masks_in_the_eager_order():
+    """Two draws of one shape in one graph stay two masks (torch.compile merges calls it thinks pure), and
+    a compiled function consumes torch's generator as the eager one does: same outputs and gradients."""
+
+    def twice(x):
+        return kernels.dropout(x, 0.3, True) + 2 * kernels.dropout(x, 0.3, True)
+
+    x = torch.randn(4, 3, 16)
+    grad_out = torch.randn(4, 3, 16)
+    results = []
+    for fn in (twice, torch.compile(twice, fullgraph=True)):
+        torch.manual_seed(5)
+        xg = x.clone().requires_grad_(True)
+        y = fn(xg)
+        y.backward(grad_out)
+        results.append((y.detach(), xg.grad, torch.randint(1 << 30, ())))  # the generator's state after
+    (eager, eager_grad, eager_next), (compiled, compiled_grad, compiled_next) = results
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-6, atol=1e-6)
+    assert compiled_next == eager_next
+    torch.manual_seed(5)
+    (first, scale), (second, _) = kernels.keep_mask(x.shape, 0.3), kernels.keep_mask(x.shape, 0.3)
+    assert not torch.equal(first, second)
+    torch.testing.assert_close(eager, x * first * scale + 2 * x * second * scale)

@@ -1,7 +1,8 @@
-"""compile: true trains the same model as eager: the losses of 20 steps of packed span corruption agree, the
-forward pass and loss compile to one graph, and a compiled run with dropout that is stopped and resumed logs
-the losses of an uninterrupted compiled run (to float32 rounding: compiled CPU kernels are not bitwise
-reproducible from run to run). Batches produced ahead on a thread change nothing."""
+"""compile: true trains the same model as eager: the losses of 20 steps of packed span corruption agree (with
+dropout too, on the CPU), the forward pass and loss compile to one graph, and a compiled run with dropout
+that is stopped and resumed logs the losses of an uninterrupted compiled run (to float32 rounding: compiled
+CPU kernels are not bitwise reproducible from run to run). Batches produced ahead on a thread change
+nothing."""
 
 import json
 from pathlib import Path
@@ -42,9 +43,12 @@ def losses(run: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_compiled_training_logs_the_eager_losses(tmp_path):
-    eager = losses_of(train(settings(tmp_path / "eager")))
-    compiled = losses_of(train(settings(tmp_path / "compiled", compile=True, batches_ahead=2)))
+@pytest.mark.parametrize("dropout_rate", [0.0, 0.1])
+def test_compiled_training_logs_the_eager_losses(tmp_path, dropout_rate):
+    """With dropout too: compiled code on the CPU draws the eager dropout masks (``kernels.dropout``)."""
+    model = {**TINY, "dropout_rate": dropout_rate}
+    eager = losses_of(train(settings(tmp_path / "eager", model=model)))
+    compiled = losses_of(train(settings(tmp_path / "compiled", model=model, compile=True, batches_ahead=2)))
     assert len(compiled) == 20
     assert compiled == pytest.approx(eager, rel=1e-5)
     assert eager[-1] < eager[0]  # it trained
