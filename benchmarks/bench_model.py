@@ -2,6 +2,7 @@
 
 Run by hand (never a test):   python benchmarks/bench_model.py [--reps 7] [--threads N] [--profile]
                               [--precision bf16 --skip-memory --out benchmarks/results/model-bf16.json]
+                              [--compile --skip-memory --out benchmarks/results/model-compiled.json]
 
 Measures, for the t5-small shape in fp32 on the CPU with torch's default threads unless --threads:
   matmul    the machine's fp32 matmul rate (2048³ GEMM), the yardstick for "share of peak"
@@ -16,7 +17,11 @@ Measurements alternate between the two models (order swapped every repetition) a
 wall time and of process CPU time, and the minimum wall time (the least disturbed run); the machine may be
 shared, so read the spread too. The matmul yardstick is the faster of MKL's and oneDNN's GEMM.
 With ``--precision bf16`` both models run their training steps and decoding under CPU bf16 autocast (the
-memory measurements stay fp32). Results go to benchmarks/results/model.json.
+memory measurements stay fp32). With ``--compile`` each workload also runs compiled, in the same alternation:
+ours as ``compile: true`` runs it (training: the forward pass and loss as one static graph; decoding: the
+static-shape step, ``generate(compile=True)``), transformers as its users compile it (``torch.compile`` of
+the model; generation with a static cache and its automatic compilation); compile time is excluded (two
+warm-up runs). Results go to benchmarks/results/model.json.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
@@ -79,19 +83,23 @@ def train_batch(B: int, S: int, T: int, seed: int = 0) -> dict:
                 decoder_loss_weights=torch.ones_like(tgt))
 
 
-def train_step_fn(model, kind: str, batch: dict, optimizer):
-    """One step; the loss is mean token cross-entropy for both."""
+def train_step_fn(model, kind: str, batch: dict, optimizer, compile: bool = False):
+    """One step; the loss is mean token cross-entropy for both. ``compile``: the forward pass and loss
+    through torch.compile (ours: one static graph, as t2t-train's ``compile: true``)."""
     if kind == "ours":
+        loss_sums = torch.compile(model.loss_sums, fullgraph=True, dynamic=False) if compile else model.loss_sums
+
         def step():
-            loss_sum, weight_sum = model.loss_sums(batch)
+            loss_sum, weight_sum = loss_sums(batch)
             (loss_sum / weight_sum).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     else:
         mask = torch.ones_like(batch["encoder_input_tokens"])
+        forward = torch.compile(model) if compile else model
 
         def step():
-            out = model(input_ids=batch["encoder_input_tokens"], attention_mask=mask,
+            out = forward(input_ids=batch["encoder_input_tokens"], attention_mask=mask,
                         decoder_input_ids=batch["decoder_input_tokens"], labels=batch["decoder_target_tokens"])
             out.loss.backward()
             optimizer.step()
@@ -99,12 +107,21 @@ def train_step_fn(model, kind: str, batch: dict, optimizer):
     return step
 
 
-def decode_fn(model, kind: str, enc: torch.Tensor, n: int):
+def decode_fn(model, kind: str, enc: torch.Tensor, n: int, compile: bool = False):
+    """Greedy decoding; ``compile``: ours with its compiled static-shape step, transformers with a static
+    cache and the compilation ``generate`` does for one (asked for on the CPU too)."""
     if kind == "ours":
-        return lambda: model.generate(enc, max_new_tokens=n, min_new_tokens=n)
+        return lambda: model.generate(enc, max_new_tokens=n, min_new_tokens=n, compile=compile)
     mask = torch.ones_like(enc)
+    compiled = {}
+    if compile:
+        from transformers import CompileConfig
+
+        config = CompileConfig(fullgraph=False, mode="default")
+        config._compile_all_devices = True  # transformers compiles only on accelerators unless told
+        compiled = dict(cache_implementation="static", compile_config=config)
     return lambda: model.generate(input_ids=enc, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                                  do_sample=False, num_beams=1)[:, 1:]
+                                  do_sample=False, num_beams=1, **compiled)[:, 1:]
 
 
 # ---- measuring ------------------------------------------------------------------------------------------
@@ -154,11 +171,18 @@ def alternate(fns: dict, reps: int, warmup: int = 2) -> dict:
             for name in names}
 
 
-def speedups(r: dict) -> dict:
-    """transformers' time over ours: of the medians, of the minima (the least disturbed runs), of CPU time."""
-    return {"speedup_wall": r["hf"]["wall_s"] / r["ours"]["wall_s"],
-            "speedup_min": r["hf"]["wall_min_s"] / r["ours"]["wall_min_s"],
-            "speedup_cpu": r["hf"]["cpu_s"] / r["ours"]["cpu_s"]}
+def speedups(r: dict, suffix: str = "") -> dict:
+    """transformers' time over ours (``suffix`` "_compiled": compiled against compiled): of the medians, of
+    the minima (the least disturbed runs), of CPU time."""
+    hf, ours = r["hf" + suffix], r["ours" + suffix]
+    return {f"speedup{suffix}_wall": hf["wall_s"] / ours["wall_s"],
+            f"speedup{suffix}_min": hf["wall_min_s"] / ours["wall_min_s"],
+            f"speedup{suffix}_cpu": hf["cpu_s"] / ours["cpu_s"]}
+
+
+def compiled_gains(r: dict) -> dict:
+    """Each model's eager time over its compiled time (medians): above 1, compiling pays."""
+    return {f"{kind}_compiled_vs_eager": r[kind]["wall_s"] / r[kind + "_compiled"]["wall_s"] for kind in ("ours", "hf")}
 
 
 def matmul_gflops(reps: int = 5, n: int = 2048) -> dict:
@@ -189,6 +213,29 @@ def training_flops(B: int, S: int, T: int) -> float:
     dec += L * B * h * (T * T + T * S) * dkv * 2 * 2
     out = dec_tok * d * V * 2
     return 3.0 * (enc + dec + out)
+
+
+def read_gbps(reps: int = 5, mb: int = 512) -> float:
+    """Memory read bandwidth: a sum over a ``mb`` MB fp32 tensor (far larger than the caches)."""
+    x = torch.ones(mb * 2 ** 20 // 4)
+    x.sum()
+    return x.numel() * 4 / statistics.median(timed(x.sum)[0] for _ in range(reps)) / 1e9
+
+
+def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float) -> float:
+    """The least time greedy decoding of ``N`` tokens over ``B`` × ``S`` inputs can take on this machine
+    (fp32 t5-small): the encoder and the cross-attention keys/values at the matmul rate, then ``N`` decoder
+    passes, each bound by the larger of its FLOPs at the matmul rate and its bytes (decoder and output
+    weights, cross-attention keys/values) at the read bandwidth."""
+    d, f, h, dkv, L, V = 512, 2048, 8, 64, 6, 32128
+    inner = h * dkv
+    encoder = B * S * L * (4 * d * inner + 2 * d * f) * 2 + L * B * h * S * S * dkv * 2 * 2
+    cross_kv = B * S * L * 2 * d * inner * 2
+    step_weights = L * (6 * d * inner + 2 * d * f) + V * d  # self q|k|v|o, cross q|o, feed-forward; output
+    step_flops = 2 * B * step_weights + L * B * h * S * dkv * 2 * 2  # + attention over the encoder states
+    step_bytes = 4 * (step_weights + L * 2 * B * S * inner)
+    step = max(step_flops / (gflops * 1e9), step_bytes / (gbps * 1e9))
+    return (encoder + cross_kv) / (gflops * 1e9) + N * step
 
 
 # ---- memory (fresh subprocess per measurement) ----------------------------------------------------------
@@ -251,6 +298,7 @@ def main() -> None:
                     help="AdamW implementation, the same for both models")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: both models' timed steps and decoding under CPU bf16 autocast")
+    ap.add_argument("--compile", action="store_true", help="also run each workload compiled (see above)")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops for a training step")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
@@ -271,8 +319,10 @@ def main() -> None:
     rates = matmul_gflops()
     results["matmul_gflops"] = rates
     gflops = rates["best"]
+    results["read_gbps"] = read_gbps()
     print(f"fp32 matmul (2048³), {torch.get_num_threads()} threads: "
-          + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items()))
+          + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
+          + f"; memory read {results['read_gbps']:.1f} GB/s")
 
     hf = build_hf()
     ours = build_ours(hf)
@@ -292,17 +342,21 @@ def main() -> None:
     for B, S, T in TRAIN_SHAPES:
         batch = train_batch(B, S, T)
         ours.train(), hf.train()
-        fns = {"ours": train_step_fn(ours, "ours", batch, make_optimizer(ours, args.optimizer)),
-               "hf": train_step_fn(hf, "hf", batch, make_optimizer(hf, args.optimizer))}
+        fns = {kind: train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer))
+               for kind, model in (("ours", ours), ("hf", hf))}
+        if args.compile:
+            fns |= {kind + "_compiled": train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer), True)
+                    for kind, model in (("ours", ours), ("hf", hf))}
         fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
         r = alternate(fns, args.reps)
         flops = training_flops(B, S, T)
         entry = {"shape": f"B{B} {S}->{T}", **r, **speedups(r), "flops": flops,
-                 "ours_gflops": flops / r["ours"]["wall_s"] / 1e9,
-                 "ours_share_of_matmul_peak": flops / r["ours"]["wall_s"] / 1e9 / gflops}
+                 **{f"{name}_share_of_matmul_peak": flops / r[name]["wall_s"] / 1e9 / gflops for name in r}}
+        if args.compile:
+            entry |= speedups(r, "_compiled") | compiled_gains(r)
         results["train"].append(entry)
         rows.append((f"train B{B} {S}->{T}", r, entry))
-        print(f"train B{B} {S}->{T}: ours {r['ours']['wall_s']:.3f}s, hf {r['hf']['wall_s']:.3f}s", flush=True)
+        print(f"train B{B} {S}->{T}: " + ", ".join(f"{name} {r[name]['wall_s']:.3f}s" for name in r), flush=True)
         save()
         if args.profile:
             from torch.profiler import profile
@@ -313,11 +367,18 @@ def main() -> None:
     B, S, N = DECODE_SHAPE
     enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
     ours.eval(), hf.eval()
-    fns = {"ours": decode_fn(ours, "ours", enc, N), "hf": decode_fn(hf, "hf", enc, N)}
+    fns = {kind: decode_fn(model, kind, enc, N) for kind, model in (("ours", ours), ("hf", hf))}
+    if args.compile:
+        fns |= {kind + "_compiled": decode_fn(model, kind, enc, N, True) for kind, model in (("ours", ours), ("hf", hf))}
     fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
-    same = torch.equal(fns["ours"](), fns["hf"]())
+    outputs = {name: fn() for name, fn in fns.items()}
+    same = all(torch.equal(out, outputs["ours"]) for out in outputs.values())
     r = alternate(fns, args.decode_reps)
-    entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same, **speedups(r)}
+    floor = decoding_floor_s(B, S, N, gflops, results["read_gbps"])
+    entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same, **speedups(r), "floor_s": floor,
+             **{f"{name}_over_floor": r[name]["wall_s"] / floor for name in r}}
+    if args.compile:
+        entry |= speedups(r, "_compiled") | compiled_gains(r)
     results["decode_greedy"] = entry
     rows.append((f"greedy B{B} {S}->{N}", r, entry))
     save()
@@ -327,9 +388,16 @@ def main() -> None:
         print(f"{name:<24}{r['ours']['wall_s']:>9.3f}{r['hf']['wall_s']:>9.3f}{e['speedup_wall']:>8.2f}x"
               f"{e['speedup_min']:>7.2f}x{r['ours']['cpu_s']:>10.3f}{r['hf']['cpu_s']:>9.3f}{e['speedup_cpu']:>6.2f}x")
     for e in results["train"]:
-        print(f"training {e['shape']}: ours reaches {e['ours_gflops']:.1f} GFLOP/s = "
-              f"{100 * e['ours_share_of_matmul_peak']:.0f}% of the measured matmul rate")
-    print(f"greedy outputs identical: {same}")
+        print(f"training {e['shape']}, share of the measured matmul rate: "
+              + ", ".join(f"{name} {100 * e[f'{name}_share_of_matmul_peak']:.0f}%" for name in fns))
+    e = results["decode_greedy"]
+    print(f"greedy: floor {e['floor_s']:.3f}s; time over floor: "
+          + ", ".join(f"{name} {e[f'{name}_over_floor']:.2f}x" for name in fns))
+    if args.compile:
+        for e in [*results["train"], results["decode_greedy"]]:
+            print(f"{e['shape']}: compiled vs eager (eager time / compiled time): ours {e['ours_compiled_vs_eager']:.2f}x, "
+                  f"hf {e['hf_compiled_vs_eager']:.2f}x; compiled ours vs compiled hf {e['speedup_compiled_wall']:.2f}x")
+    print(f"greedy outputs identical (all variants): {same}")
 
     if not args.skip_memory:
         results["memory"] = []

@@ -1,16 +1,28 @@
-"""The encoder forward pass of t2t, transformers' T5 and NovelAI's nai-t5 on the same weights, eager and compiled.
+"""t2t, transformers' T5 and NovelAI's nai-t5 on the same weights: encoder forward, training step and greedy
+decoding, eager and compiled.
 
 Run by hand (never a test), with nai-t5 installed (``pip install nai-t5``):
 
-    python benchmarks/bench_peers.py [--device cpu|cuda] [--precision fp32|bf16] [--reps 7] [--shapes 32x128 4x512]
+    python benchmarks/bench_peers.py [--device cpu|cuda] [--precision fp32|bf16] [--reps 5]
+                                     [--workloads encoder train greedy]
 
-A random t5-small (T5 1.0) built by transformers is copied into t2t (through t2t's key map) and into
-nai-t5's encoder (through its own converter); the three outputs are checked to agree. Each model's encoder
-runs on full rows (no padding) of the given batch × length shapes, eager and under ``torch.compile``; the
-models alternate, order swapped every repetition, and the median wall time is reported with each one's
-speed relative to transformers' eager encoder. nai-t5 is an encoder and decoder without a training loss or
-a packed-sequence path in its HF conversion, so the comparison is the encoder, where all three have the
-feature. Results: JSON on stdout and in --out.
+A random t5-small (T5 1.0, dropout 0) built by transformers is copied into t2t (through t2t's key map) and
+into nai-t5 (through its own converter); the three models' logits are checked to agree. Workloads, on full
+rows (no padding):
+  encoder  the encoder over 32 × 128 and 4 × 512 tokens
+  train    forward, mean token cross-entropy, backward and a fused AdamW step at 8 × 128→16 and 4 × 512→114
+  greedy   greedy decoding of 32 tokens (EOS suppressed, so equal work) for 32 × 128 inputs, outputs checked
+           to be identical
+each eager and under ``torch.compile``: the whole encoder; the forward pass and loss of a training step (t2t
+as ``compile: true`` does it); decoding as each library's users compile it (t2t ``compile=True``,
+transformers a static cache with ``generate``'s compilation). nai-t5's cached decoding step slices its cache
+to the current length, a new shape every step, so its compiled decoding is not measured. Models alternate,
+order swapped every repetition; the median wall time is reported with each one's speed relative to
+transformers' eager time. Results: JSON in --out.
+
+nai-t5 1.0.10 needs two things its own code does not do here, both applied below: the tied output layer of
+T5 1.0 scaled by d_model^-0.5 (its converter copies the embedding unscaled), and a greedy loop over its
+decoder with the KV cache (``make_bound_forward`` passes its decoder an argument it does not accept).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
@@ -29,72 +42,179 @@ from t2t.models.t5 import T5, ModelConfig
 
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.0,
              feed_forward_proj="relu", tie_word_embeddings=True)
+SHAPES = {"encoder": [(32, 128), (4, 512)], "train": [(8, 128, 16), (4, 512, 114)], "greedy": [(32, 128, 32)]}
+EOS = 1
 
 
-def encoders(device: torch.device, max_length: int) -> dict:
+def build(device: torch.device) -> dict:
+    """The three models with transformers' random weights."""
     import transformers
     from nai_t5 import t5_hf
-    from nai_t5.t5_encoder import T5EncoderStack
+    from nai_t5.t5 import T5 as NaiT5
 
     torch.manual_seed(0)
     hf = transformers.T5ForConditionalGeneration(transformers.T5Config(
-        **SMALL, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).eval().to(device)
-    ours = T5(ModelConfig(**SMALL)).eval().to(device)
+        **SMALL, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS)).to(device)
+    ours = T5(ModelConfig(**SMALL)).to(device)
     state = hf.state_dict()
     ours.load_state_dict({k: state[hf_key(k)] for k in ours.state_dict()})
-    nai_cfg = t5_hf.to_based_config(hf.config, n_tokens=max_length, device=device)
-    nai = T5EncoderStack(nai_cfg).eval().to(device)
-    nai.load_state_dict(t5_hf.hf_to_based_t5_enc_state(state, nai_cfg))
-    return {"transformers": lambda ids: hf.encoder(input_ids=ids).last_hidden_state,
-            "t2t": ours.encode,
-            "nai-t5": lambda ids: nai(ids, input_mask=torch.ones_like(ids, dtype=torch.bool))}
+    nai_config = t5_hf.to_based_config(hf.config, n_tokens=512, device=device)
+    nai = NaiT5(nai_config).to(device)
+    nai.load_state_dict(t5_hf.hf_to_based_t5_state(state, nai_config))
+    with torch.no_grad():
+        nai.lm_head.weight.mul_(SMALL["d_model"] ** -0.5)  # T5 1.0's tied output layer
+    return {"transformers": hf, "t2t": ours, "nai-t5": nai}
 
 
-def timed(fn, ids, device, precision: str) -> float:
+def logits(models: dict, enc: torch.Tensor, dec: torch.Tensor) -> dict:
+    ones = torch.ones_like
+    return {"transformers": lambda: models["transformers"](input_ids=enc, decoder_input_ids=dec).logits,
+            "t2t": lambda: models["t2t"](enc, dec),
+            "nai-t5": lambda: models["nai-t5"](enc, dec, encoder_input_mask=ones(enc, dtype=torch.bool),
+                                               decoder_input_mask=ones(dec, dtype=torch.bool))}
+
+
+def encoder_fns(models: dict, B: int, S: int, compiled: bool) -> dict:
+    device = next(models["t2t"].parameters()).device
+    ids = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(B * S)).to(device)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    hf, ours, nai = models["transformers"], models["t2t"], models["nai-t5"]
+    fns = {"transformers": lambda x: hf.encoder(input_ids=x).last_hidden_state, "t2t": ours.encode,
+           "nai-t5": lambda x: nai.encoder(x, input_mask=mask)}
+    return {name: (lambda fn=torch.compile(fn) if compiled else fn: fn(ids)) for name, fn in fns.items()}
+
+
+def train_fns(models: dict, B: int, S: int, T: int, compiled: bool) -> dict:
+    g = torch.Generator().manual_seed(B * S)
+    device = next(models["t2t"].parameters()).device
+    enc, tgt = (torch.randint(2, 32000, shape, generator=g).to(device) for shape in ((B, S), (B, T)))
+    dec = torch.cat([torch.zeros_like(tgt[:, :1]), tgt[:, :-1]], 1)
+    batch = dict(encoder_input_tokens=enc, decoder_input_tokens=dec, decoder_target_tokens=tgt,
+                 decoder_loss_weights=torch.ones_like(tgt))
+    forward = logits(models, enc, dec)
+
+    def ours_loss():
+        total, weight = models["t2t"].loss_sums(batch)
+        return total / weight
+
+    losses = {"t2t": ours_loss,
+              **{name: (lambda f=forward[name]: F.cross_entropy(f().flatten(0, 1), tgt.flatten()))
+                 for name in ("transformers", "nai-t5")}}
+    fns = {}
+    for name, loss in losses.items():
+        model = models[name].train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        loss = torch.compile(loss, fullgraph=name == "t2t", dynamic=False) if compiled else loss
+
+        def step(loss=loss, optimizer=optimizer):
+            loss().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        fns[name] = step
+    return fns
+
+
+def nai_greedy(nai, ids: torch.Tensor, n: int) -> torch.Tensor:
+    """Greedy decoding with nai-t5's decoder and its preallocated KV cache (what ``make_bound_forward`` does)."""
+    B = ids.shape[0]
+    encoding = nai.encoder(ids, input_mask=torch.ones_like(ids, dtype=torch.bool))
+    self_kv = nai.decoder.get_kv_cache(batch_size=B, length=n, dtype=encoding.dtype, device=ids.device)
+    cross_kv = nai.decoder.get_cross_kv(encoding)
+    token, out = ids.new_zeros((B, 1)), []
+    for t in range(n):
+        h = nai.decoder(nai.encoder.vocab_embed(token), encoding, self_past_kv=self_kv[:, :, :, :, :t + 1],
+                        cross_kv=cross_kv)
+        scores = nai.lm_head(h[:, -1])
+        scores[:, EOS] = float("-inf")
+        token = scores.max(-1, keepdim=True).indices
+        out.append(token)
+    return torch.cat(out, 1)
+
+
+def greedy_fns(models: dict, B: int, S: int, N: int, compiled: bool) -> dict:
+    device = next(models["t2t"].parameters()).device
+    ids = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(B * S)).to(device)
+    hf, ours, nai = (models[name].eval() for name in ("transformers", "t2t", "nai-t5"))
+    hf_compile = {}
+    if compiled:
+        from transformers import CompileConfig
+
+        config = CompileConfig(fullgraph=False, mode="default")
+        config._compile_all_devices = True  # transformers compiles only on accelerators unless told
+        hf_compile = dict(cache_implementation="static", compile_config=config)
+    fns = {"transformers": lambda: hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N,
+                                               min_new_tokens=N, do_sample=False, num_beams=1, **hf_compile)[:, 1:],
+           "t2t": lambda: ours.generate(ids, max_new_tokens=N, min_new_tokens=N, compile=compiled)}
+    if not compiled:
+        fns["nai-t5"] = lambda: nai_greedy(nai, ids, N)
+    return fns
+
+
+def timed(fn, device: torch.device, precision: str) -> tuple[float, object]:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    with torch.no_grad(), autocast(precision, device):
-        fn(ids)
+    with autocast(precision, device):
+        out = fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, out
+
+
+def measure(variants: dict, reps: int, device: torch.device, precision: str) -> tuple[dict, dict]:
+    """Median seconds per variant (two warm-up calls each, which compile), and each variant's last output."""
+    outputs = {}
+    for name, fn in variants.items():
+        for _ in range(2):
+            outputs[name] = timed(fn, device, precision)[1]
+    times = {name: [] for name in variants}
+    for rep in range(reps):
+        for name in (list(variants) if rep % 2 == 0 else list(variants)[::-1]):
+            times[name].append(timed(variants[name], device, precision)[0])
+    return {name: statistics.median(t) for name, t in times.items()}, outputs
+
+
+def check_agreement(models: dict, device: torch.device) -> None:
+    g = torch.Generator().manual_seed(1)
+    enc, dec = (torch.randint(2, 32000, (2, n), generator=g).to(device) for n in (16, 5))
+    with torch.no_grad():
+        out = {name: fn() for name, fn in logits({k: m.eval() for k, m in models.items()}, enc, dec).items()}
+    for name in ("t2t", "nai-t5"):
+        torch.testing.assert_close(out[name], out["transformers"], rtol=1e-4, atol=1e-4, msg=name)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--shapes", nargs="+", default=["32x128", "4x512"])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--workloads", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
     args = parser.parse_args()
     device = torch.device(args.device)
-    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes]
-    models = encoders(device, max(length for _, length in shapes))
-    variants = {f"{name} {mode}": (fn if mode == "eager" else torch.compile(fn))
-                for name, fn in models.items() for mode in ("eager", "compiled")}
-    results = {"device": args.device, "precision": args.precision, "torch": torch.__version__, "shapes": {}}
-    for B, L in shapes:
-        ids = torch.randint(2, 32000, (B, L), generator=torch.Generator().manual_seed(B * L)).to(device)
-        with torch.no_grad():
-            reference = models["transformers"](ids)
-            for name, fn in variants.items():  # also the warm-up (and compilation) of every variant
-                torch.testing.assert_close(fn(ids), reference, rtol=1e-3, atol=1e-3, msg=name)
-        times = {name: [] for name in variants}
-        order = list(variants)
-        for rep in range(args.reps):
-            for name in (order if rep % 2 == 0 else order[::-1]):
-                times[name].append(timed(variants[name], ids, device, args.precision))
-        base = statistics.median(times["transformers eager"])
-        results["shapes"][f"{B}x{L}"] = {name: {"median_s": statistics.median(t),
-                                                "speed_vs_transformers_eager": base / statistics.median(t)}
-                                         for name, t in times.items()}
-        print(f"encoder {B}x{L} ({args.precision}, {args.device}):")
-        for name, row in results["shapes"][f"{B}x{L}"].items():
-            print(f"  {name:24s} {row['median_s'] * 1e3:9.1f} ms  {row['speed_vs_transformers_eager']:.2f}×")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    models = build(device)
+    check_agreement(models, device)
+    results = {"device": args.device, "precision": args.precision, "torch": torch.__version__,
+               "threads": torch.get_num_threads(), "workloads": {}}
+    builders = {"encoder": encoder_fns, "train": train_fns, "greedy": greedy_fns}
+    for workload in args.workloads:
+        for shape in SHAPES[workload]:
+            key = f"{workload} {'x'.join(map(str, shape))}"
+            variants = {f"{name} {mode}": fn for mode in ("eager", "compiled")
+                        for name, fn in builders[workload](models, *shape, mode == "compiled").items()}
+            with torch.no_grad() if workload != "train" else torch.enable_grad():
+                medians, outputs = measure(variants, args.reps, device, args.precision)
+            base = medians["transformers eager"]
+            results["workloads"][key] = {name: {"median_s": t, "speed_vs_transformers_eager": base / t}
+                                         for name, t in medians.items()}
+            if workload == "greedy":
+                reference = outputs["transformers eager"]
+                results["workloads"][key]["identical_outputs"] = all(torch.equal(o, reference) for o in outputs.values())
+            print(f"{key} ({args.precision}, {args.device}):")
+            for name, t in medians.items():
+                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×", flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
