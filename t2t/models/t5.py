@@ -438,12 +438,12 @@ def _cross_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class DecoderCache:
-    """State for incremental decoding: the self-attention keys/values of every decoder layer in one tensor
-    preallocated to ``max_len`` (written in place, never concatenated) and, for encoder-decoders,
-    cross-attention keys/values computed once."""
+    """State for incremental decoding: per decoder layer, self-attention keys/values preallocated to
+    ``max_len`` (written in place, never concatenated) and, for encoder-decoders, cross-attention
+    keys/values computed once."""
 
-    def __init__(self, self_kv, self_bias_table, cross_k=(), cross_v=(), cross_bias=None, key_valid=None):
-        self.self_kv = self_kv                             # [layers, 2 (keys, values), B, H, max_len, d_kv]
+    def __init__(self, self_k, self_v, self_bias_table, cross_k=(), cross_v=(), cross_bias=None, key_valid=None):
+        self.self_k, self.self_v = self_k, self_v          # lists of [B, H, max_len, d_kv]
         self.self_bias_table = self_bias_table             # [1, H, max_len, max_len] position bias + causal mask
         self.cross_k, self.cross_v = list(cross_k), list(cross_v)  # lists of [B, H, S, d_kv]; empty: no encoder
         self.cross_bias = cross_bias                       # [B, 1, 1, S]
@@ -460,12 +460,13 @@ class DecoderCache:
 
     def tensors(self) -> tuple:
         """What ``T5.static_decode_step`` reads and writes, in its argument order."""
-        return (self.self_kv, self.qkv_weights, self.self_bias_table, self.key_valid, self.cross_k, self.cross_v,
-                self.cross_bias)
+        return (self.self_k, self.self_v, self.qkv_weights, self.self_bias_table, self.key_valid, self.cross_k,
+                self.cross_v, self.cross_bias)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (beam search); cross-attention state is shared by an example's beams."""
-        self.self_kv = self.self_kv.index_select(2, index)
+        self.self_k = [k.index_select(0, index) for k in self.self_k]
+        self.self_v = [v.index_select(0, index) for v in self.self_v]
         if self.key_valid is not None:
             self.key_valid = self.key_valid.index_select(0, index)
 
@@ -692,12 +693,13 @@ class T5(nn.Module):
         """Empty self-attention buffers; the bias table holds the causal mask (and a prefix LM's fully visible
         first ``visible_prefix`` positions)."""
         cfg = self.config
-        self_kv = torch.zeros((len(self.decoder.blocks), 2, B, cfg.num_heads, max_len, cfg.d_kv), dtype=dtype,
-                              device=device)
+        shape = (B, cfg.num_heads, max_len, cfg.d_kv)
+        self_k = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.decoder.blocks]
+        self_v = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.decoder.blocks]
         pos = torch.arange(max_len, device=device)[None]
         allowed = _decoder_allowed(max_len, device, None, (pos < visible_prefix) if visible_prefix else None)
         table = self.decoder.self_attention_bias(pos, pos, allowed, dtype, self.bidirectional_decoder)
-        cache = DecoderCache(self_kv, table, key_valid=key_valid)
+        cache = DecoderCache(self_k, self_v, table, key_valid=key_valid)
         cache.qkv_weights = [block.self_attn.qkv_weight() for block in self.decoder.blocks]  # fused once
         return cache
 
@@ -707,9 +709,9 @@ class T5(nn.Module):
         x = self.decoder.dropout(self.shared(tokens))  # [B, T, d]
 
         def store(i, k, v):  # the new keys/values in place; attend over positions 0..t+T-1
-            cache.self_kv[i, 0, :, :, t:t + T] = k
-            cache.self_kv[i, 1, :, :, t:t + T] = v
-            return cache.self_kv[i, 0, :, :, :t + T], cache.self_kv[i, 1, :, :, :t + T]
+            cache.self_k[i][:, :, t:t + T] = k
+            cache.self_v[i][:, :, t:t + T] = v
+            return cache.self_k[i][:, :, :t + T], cache.self_v[i][:, :, :t + T]
 
         h = self._cached_blocks(x, cache.qkv_weights, store, cache.self_bias(t, T), cache.cross_k, cache.cross_v,
                                 cache.cross_bias)
@@ -720,8 +722,8 @@ class T5(nn.Module):
         """Feed one decoder token per row (``tokens`` [B]) at position ``cache.length``; logits [B, V]."""
         return self.project(self.extend(tokens[:, None], cache)[:, 0])  # [B, V]
 
-    def static_decode_step(self, tokens, position, self_kv, qkv_weights, bias_table, key_valid, cross_k, cross_v,
-                           cross_bias) -> torch.Tensor:
+    def static_decode_step(self, tokens, position, self_k, self_v, qkv_weights, bias_table, key_valid, cross_k,
+                           cross_v, cross_bias) -> torch.Tensor:
         """``decode_step`` at ``position`` ([1] long tensor) over ``DecoderCache.tensors()``, with shapes that do
         not change from one position to the next: every step attends over the whole preallocated cache, the
         keys not written yet masked by the causal bias table, so ``torch.compile`` makes one graph per batch
@@ -733,9 +735,9 @@ class T5(nn.Module):
             bias = bias.masked_fill(~key_valid[:, None, None, :], torch.finfo(bias.dtype).min)
 
         def store(i, k, v):  # the new keys/values at ``position``; attend over the whole cache
-            self_kv[i, 0].index_copy_(2, position, k)
-            self_kv[i, 1].index_copy_(2, position, v)
-            return self_kv[i, 0], self_kv[i, 1]
+            self_k[i].index_copy_(2, position, k)
+            self_v[i].index_copy_(2, position, v)
+            return self_k[i], self_v[i]
 
         h = self._cached_blocks(x, qkv_weights, store, bias, cross_k, cross_v, cross_bias)
         return self.project(h[:, 0])  # [B, V]
