@@ -382,8 +382,10 @@ class Stack(nn.Module):
 
     def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every decoder layer's cross-attention (keys, values) of the encoder output, [B, H, S, d_kv] each
-        (computed once per decoding call, in ``T5.begin_decoding``)."""
-        return [b.cross_attn.keys_values(enc) for b in self.blocks]
+        (computed once per decoding call, in ``T5.begin_decoding``). Made contiguous once, since every decoding
+        step reads them: SDPA on the CPU reads the heads-transposed layout twice as slowly in bf16 (one query
+        over 32 × 128 keys: 5.3 against 2.6 ms)."""
+        return [tuple(t.contiguous() for t in b.cross_attn.keys_values(enc)) for b in self.blocks]
 
     def forward(self, x, self_bias, enc=None, cross_bias=None):
         x = self.dropout(x)
