@@ -3,7 +3,8 @@
 A fine-tuning run's score is its best in-training evaluation on the task's full validation set (§3.1.2
 reports each task at its best checkpoint), in the task's metric on 0-100; MRPC's and STS-B's two metrics
 are averaged, as the paper does for its GLUE average. A pre-trained condition "beats scratch beyond the
-seeds' spread" on a task when its worst seed scores above scratch's best seed (undecided below two seeds each).
+seeds' spread" on a task when its worst seed scores above scratch's best seed: "no" is final as soon as one
+pre-trained seed scores at or below one scratch seed (more seeds cannot undo it); "yes" needs two seeds each.
 """
 
 from __future__ import annotations
@@ -96,11 +97,14 @@ def mean_std(scores: list[float]) -> str:
 
 
 def beats_scratch(pretrained: list[float], scratch: list[float]) -> bool | None:
-    """Above scratch beyond the seeds' spread: the worst pre-trained seed above the best scratch seed (None
-    while either has fewer than two seeds: one seed has no spread to exceed)."""
-    if min(len(pretrained), len(scratch)) < 2:
+    """Above scratch beyond the seeds' spread: the worst pre-trained seed above the best scratch seed. False
+    as soon as it fails (more seeds only lower the worst and raise the best); None while it holds with fewer
+    than two seeds either side (one seed has no spread to exceed) or a side has none."""
+    if not pretrained or not scratch:
         return None
-    return min(pretrained) > max(scratch)
+    if min(pretrained) <= max(scratch):
+        return False
+    return True if min(len(pretrained), len(scratch)) >= 2 else None
 
 
 def table(rows: list[dict], tasks, conditions) -> str:
@@ -114,7 +118,7 @@ def table(rows: list[dict], tasks, conditions) -> str:
         for c in pretrained:
             won = beats_scratch(grouped.get((task, c), []), grouped.get((task, "scratch"), []))
             wins[c] += bool(won)
-            cells.append({True: "yes", False: "no", None: "— (under 2 seeds)"}[won])
+            cells.append({True: "yes", False: "no", None: "undecided"}[won])
         lines.append(f"| {TASK_LABELS[task]} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"{CONDITION_LABELS[c]}: above no pre-training beyond the seeds' spread on {wins[c]} of "

@@ -55,6 +55,8 @@ def test_beating_scratch_means_every_pretrained_seed_above_every_scratch_seed():
     assert summary.beats_scratch([70.0, 71.0, 72.0], [60.0, 65.0, 69.9])
     assert not summary.beats_scratch([70.0, 71.0, 80.0], [60.0, 65.0, 70.5])  # means far apart, ranges overlap
     assert summary.beats_scratch([80.0], [60.0, 61.0]) is None  # one seed: no spread to exceed
+    assert summary.beats_scratch([59.0], [60.0]) is False  # already below: more seeds cannot undo it
+    assert summary.beats_scratch([], [60.0]) is None
     rows = [{"task": "rte", "condition": c, "seed": s, "score": score}
             for c, scores in (("scratch", [50, 52, 54]), ("generic", [55, 56, 57])) for s, score in enumerate(scores)]
     text = summary.table(rows, ["rte"], ["scratch", "generic"])
