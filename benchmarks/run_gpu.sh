@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything t2t checks and measures on a GPU, in one command, on a machine with CUDA, torch and transformers
-# (and nai-t5 for the peers' encoder):
+# (and nai-t5 for bench_peers.py):
 #
 #     bash benchmarks/run_gpu.sh [RESULTS_DIR] [tests|bench|all]
 #
