@@ -211,12 +211,24 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     """
     if isinstance(bias, FlexBias):
         return _flex_attention(q, k, v, bias)
+    if q.shape[-2] == 1 and dropout_p == 0.0 and q.device.type == "cpu":
+        return _single_query_attention(q, k, v, bias)
     if dropout_p == 0.0 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
     scores = q @ k.transpose(-2, -1)
     if bias is not None:
         scores = scores + bias
     return dropout(scores.softmax(-1), dropout_p, True) @ v
+
+
+def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Attention of one query per row (a decoding step) as two matrix-vector products, the softmax in fp32.
+    On the CPU, SDPA's blocked kernel is slower for one query: greedy decoding of t5-small at 32 × 128→32
+    took 1.77 s with it against 1.35 s this way in bf16 (one thread), and 2.16 against 2.11 s in fp32."""
+    scores = q @ k.transpose(-2, -1)
+    if bias is not None:
+        scores = scores + bias
+    return scores.softmax(-1, dtype=torch.float32).to(v.dtype) @ v
 
 
 # torch 2.11's default forward configuration for T5's score_mod asks an H100 for 240 KB of shared memory

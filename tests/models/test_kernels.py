@@ -188,3 +188,22 @@ def test_compiled_dropout_draws_the_eager_masks_in_the_eager_order():
     (first, scale), (second, _) = kernels.keep_mask(x.shape, 0.3), kernels.keep_mask(x.shape, 0.3)
     assert not torch.equal(first, second)
     torch.testing.assert_close(eager, x * first * scale + 2 * x * second * scale)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_one_query_attention_equals_sdpa(dtype, tolerance, monkeypatch):
+    """A decoding step's attention (one query per row, no dropout) takes its own path on the CPU."""
+    calls = []
+    one_query = kernels._single_query_attention
+    monkeypatch.setattr(kernels, "_single_query_attention", lambda *a: calls.append(1) or one_query(*a))
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
+    k, v = (torch.randn(3, 4, 9, 16, generator=g).to(dtype) for _ in range(2))
+    bias = torch.randn(3, 1, 1, 9, generator=g).to(dtype)
+    bias[0, ..., 5:] = torch.finfo(dtype).min  # masked keys
+    for b in (bias, None):
+        expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=None if b is None else b.float(), scale=1.0)
+        got = kernels.attention(q, k, v, b, 0.0)
+        assert got.dtype == dtype and got.shape == (3, 4, 1, 16)
+        torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance)
+    assert len(calls) == 2
