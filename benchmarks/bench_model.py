@@ -369,7 +369,8 @@ def main() -> None:
     ours.eval(), hf.eval()
     fns = {kind: decode_fn(model, kind, enc, N) for kind, model in (("ours", ours), ("hf", hf))}
     if args.compile:
-        fns |= {kind + "_compiled": decode_fn(model, kind, enc, N, True) for kind, model in (("ours", ours), ("hf", hf))}
+        fns |= {kind + "_compiled": decode_fn(model, kind, enc, N, True)
+                for kind, model in (("ours", ours), ("hf", hf))}
     fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
     outputs = {name: fn() for name, fn in fns.items()}
     same = all(torch.equal(out, outputs["ours"]) for out in outputs.values())
@@ -395,8 +396,9 @@ def main() -> None:
           + ", ".join(f"{name} {e[f'{name}_over_floor']:.2f}x" for name in fns))
     if args.compile:
         for e in [*results["train"], results["decode_greedy"]]:
-            print(f"{e['shape']}: compiled vs eager (eager time / compiled time): ours {e['ours_compiled_vs_eager']:.2f}x, "
-                  f"hf {e['hf_compiled_vs_eager']:.2f}x; compiled ours vs compiled hf {e['speedup_compiled_wall']:.2f}x")
+            print(f"{e['shape']}: compiled vs eager (eager time / compiled time): "
+                  f"ours {e['ours_compiled_vs_eager']:.2f}x, hf {e['hf_compiled_vs_eager']:.2f}x; "
+                  f"compiled ours vs compiled hf {e['speedup_compiled_wall']:.2f}x")
     print(f"greedy outputs identical (all variants): {same}")
 
     if not args.skip_memory:

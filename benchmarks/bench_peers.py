@@ -209,7 +209,8 @@ def main() -> None:
                                          for name, t in medians.items()}
             if workload == "greedy":
                 reference = outputs["transformers eager"]
-                results["workloads"][key]["identical_outputs"] = all(torch.equal(o, reference) for o in outputs.values())
+                same = all(torch.equal(out, reference) for out in outputs.values())
+                results["workloads"][key]["identical_outputs"] = same
             print(f"{key} ({args.precision}, {args.device}):")
             for name, t in medians.items():
                 print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×", flush=True)

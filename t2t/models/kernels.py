@@ -4,8 +4,9 @@
 On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN (which PyTorch ships for
 its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes all three products of a
 linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and ``grad.T @ x``
-(the weight gradient), where it wins on AMD (about twice MKL's rate) and ties on Intel. Both are IEEE fp32 kernels (no
-reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken for fp32
+(the weight gradient). On AMD it runs them at about twice MKL's rate; on Intel the first two measured even
+(the third was not measured there). Both are IEEE fp32 kernels (no reduced-precision accumulation), so
+results agree with ``F.linear`` to rounding. The path is taken for fp32
 CPU tensors with autocast off, eager and compiled alike: the product is the custom op ``t2t::onednn_linear``,
 which ``torch.compile`` keeps as an opaque call and fuses the element-wise work around it (inductor has no
 lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``.
@@ -221,7 +222,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     return dropout(scores.softmax(-1), dropout_p, True) @ v
 
 
-def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            bias: torch.Tensor | None) -> torch.Tensor:
     """Attention of one query per row (a decoding step) as two matrix-vector products, the softmax in fp32.
     On the CPU, SDPA's blocked kernel is slower for one query: greedy decoding of t5-small at 32 × 128→32
     took 1.77 s with it against 1.35 s this way in bf16 (one thread), and 2.16 against 2.11 s in fp32."""

@@ -60,7 +60,7 @@ def test_compiled_code_keeps_the_onednn_product_and_its_gradients():
     assert any("t2t.onednn_linear" in target for target in called), called
 
     g = torch.Generator().manual_seed(0)
-    x, w, grad_out = torch.randn(3, 5, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(3, 5, 24, generator=g)
+    x, w, grad_out = (torch.randn(*shape, generator=g) for shape in ((3, 5, 16), (24, 16), (3, 5, 24)))
     compiled = torch.compile(lambda a, b: torch.relu(kernels.linear(a, b)), fullgraph=True)
     eager = _grads(lambda a, b: torch.relu(F.linear(a, b)), x, w, grad_out)
     for a, b in zip(_grads(compiled, x, w, grad_out), eager):
@@ -202,7 +202,8 @@ def test_one_query_attention_equals_sdpa(dtype, tolerance, monkeypatch):
     bias = torch.randn(3, 1, 1, 9, generator=g).to(dtype)
     bias[0, ..., 5:] = torch.finfo(dtype).min  # masked keys
     for b in (bias, None):
-        expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=None if b is None else b.float(), scale=1.0)
+        mask = None if b is None else b.float()
+        expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=1.0)
         got = kernels.attention(q, k, v, b, 0.0)
         assert got.dtype == dtype and got.shape == (3, 4, 1, 16)
         torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance)
