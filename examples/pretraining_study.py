@@ -107,7 +107,10 @@ class Study:
         init = [] if condition == "scratch" else ["--init-from", str(self.out / f"pretrain_{condition}")]
         self.stage(run.relative_to(self.out).as_posix().replace("/", "_"), self.train_command(
             run, "study-finetune", seed, steps, *init, "--mixture", TASKS[task][0],
-            "--save-every", str(steps), "--eval-every", str(self.scale.eval_every[task]), "--log-every", "50",
+            # a checkpoint every 500 steps, the newest kept: a run cut off (a session's end) resumes near where
+            # it stopped, and exactly (t2t's resumption), instead of starting over
+            "--save-every", str(min(steps, 500)), "--set", "keep_checkpoints=1",
+            "--eval-every", str(self.scale.eval_every[task]), "--log-every", "50",
             "--set", f"eval_max_examples={self.scale.eval_examples}", "--set", "skip_unavailable=false",
             "--set", f"input_length={INPUT_LENGTH.get(task, 128)}"))
 
