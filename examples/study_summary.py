@@ -40,6 +40,15 @@ def last_step(run: Path) -> int | None:
     return int(steps[-1].name[len("step_"):]) if steps else None
 
 
+def completed(run: Path) -> bool:
+    """Whether the run's newest checkpoint is its final step (``train_steps`` in the checkpoint's config)."""
+    step = last_step(run)
+    if step is None:
+        return False
+    config = (run / f"step_{step:08d}" / "train_config.yaml").read_text()
+    return f"\ntrain_steps: {step}\n" in f"\n{config}"
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -68,7 +77,7 @@ def results(out: Path, tasks, conditions, seeds) -> list[dict]:
             for seed in seeds:
                 run = finetune_run(out, task, condition, seed)
                 scored = evaluations(run, task)
-                if scored and scored[-1][0] == last_step(run):  # the run finished and evaluated its last step
+                if completed(run) and scored and scored[-1][0] == last_step(run):  # and evaluated its last step
                     best = max(score for _, score in scored)
                     rows.append({"task": task, "condition": condition, "seed": seed, "score": round(best, 2)})
     return rows

@@ -21,9 +21,11 @@ def load(name: str):
     return module
 
 
-def write_run(run: Path, records: list[dict], last_step: int) -> None:
+def write_run(run: Path, records: list[dict], last_step: int, train_steps: int | None = None) -> None:
     run.mkdir(parents=True)
     (run / f"step_{last_step:08d}").mkdir()
+    config = f"seed: 0\ntrain_steps: {train_steps or last_step}\nsave_every: 100\n"
+    (run / f"step_{last_step:08d}" / "train_config.yaml").write_text(config)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -43,7 +45,10 @@ def test_results_take_each_finished_runs_best_evaluation_and_skip_unfinished_run
               last_step=300)
     # stopped after step 200's checkpoint: its last evaluation is not its final step's
     write_run(summary.finetune_run(tmp_path, "rte", "generic", 0), [{"step": 100, key: 60.0}], last_step=200)
-    rows = summary.results(tmp_path, ["rte"], ["scratch", "generic"], [0])
+    # stopped at a mid-run checkpoint that was also evaluated: not finished either (its config says 1,500)
+    write_run(summary.finetune_run(tmp_path, "rte", "generic", 1), [{"step": 500, key: 61.0}], last_step=500,
+              train_steps=1500)
+    rows = summary.results(tmp_path, ["rte"], ["scratch", "generic"], [0, 1])
     assert rows == [{"task": "rte", "condition": "scratch", "seed": 0, "score": 58.5}]
     summary.write_csv(rows, tmp_path / "docs" / "results.csv")
     with open(tmp_path / "docs" / "results.csv") as f:
