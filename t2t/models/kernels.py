@@ -6,10 +6,10 @@ its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes 
 linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and ``grad.T @ x``
 (the weight gradient). On AMD it runs them at about twice MKL's rate; on Intel the first two measured even
 (the third was not measured there). Both are IEEE fp32 kernels (no reduced-precision accumulation), so
-results agree with ``F.linear`` to rounding. The path is taken for fp32
-CPU tensors with autocast off, eager and compiled alike: the product is the custom op ``t2t::onednn_linear``,
-which ``torch.compile`` keeps as an opaque call and fuses the element-wise work around it (inductor has no
-lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``.
+results agree with ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager
+and compiled alike: the product is the custom op ``t2t::onednn_linear``, which ``torch.compile`` keeps as an
+opaque call and fuses the element-wise work around it (inductor has no lowering of its own for the oneDNN
+op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
@@ -216,10 +216,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
         return _single_query_attention(q, k, v, bias)
     if dropout_p == 0.0 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
+    return dropout(_scores(q, k, bias).softmax(-1), dropout_p, True) @ v
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Unscaled attention scores ``q @ k.T`` plus the additive ``bias``."""
     scores = q @ k.transpose(-2, -1)
-    if bias is not None:
-        scores = scores + bias
-    return dropout(scores.softmax(-1), dropout_p, True) @ v
+    return scores if bias is None else scores + bias
 
 
 def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -227,10 +230,7 @@ def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Attention of one query per row (a decoding step) as two matrix-vector products, the softmax in fp32.
     On the CPU, SDPA's blocked kernel is slower for one query: greedy decoding of t5-small at 32 × 128→32
     took 1.77 s with it against 1.35 s this way in bf16 (one thread), and 2.16 against 2.11 s in fp32."""
-    scores = q @ k.transpose(-2, -1)
-    if bias is not None:
-        scores = scores + bias
-    return scores.softmax(-1, dtype=torch.float32).to(v.dtype) @ v
+    return _scores(q, k, bias).softmax(-1, dtype=torch.float32).to(v.dtype) @ v
 
 
 # torch 2.11's default forward configuration for T5's score_mod asks an H100 for 240 KB of shared memory
