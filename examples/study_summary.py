@@ -14,6 +14,8 @@ import json
 import statistics
 from pathlib import Path
 
+import yaml
+
 TASKS = {  # task → (t2t task, the metrics averaged into its score)
     "cola": ("glue_cola_v002", ("matthews_corrcoef",)),
     "sst2": ("glue_sst2_v002", ("accuracy",)),
@@ -45,8 +47,8 @@ def completed(run: Path) -> bool:
     step = last_step(run)
     if step is None:
         return False
-    config = (run / f"step_{step:08d}" / "train_config.yaml").read_text()
-    return f"\ntrain_steps: {step}\n" in f"\n{config}"
+    config = yaml.safe_load((run / f"step_{step:08d}" / "train_config.yaml").read_text())
+    return config["train_steps"] == step
 
 
 def read_jsonl(path: Path) -> list[dict]:
