@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_model import decode_fn  # benchmarks/, beside this script: each library's greedy decoding
 
 from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
@@ -135,16 +136,7 @@ def greedy_fns(models: dict, B: int, S: int, N: int, compiled: bool) -> dict:
     device = next(models["t2t"].parameters()).device
     ids = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(B * S)).to(device)
     hf, ours, nai = (models[name].eval() for name in ("transformers", "t2t", "nai-t5"))
-    hf_compile = {}
-    if compiled:
-        from transformers import CompileConfig
-
-        config = CompileConfig(fullgraph=False, mode="default")
-        config._compile_all_devices = True  # transformers compiles only on accelerators unless told
-        hf_compile = dict(cache_implementation="static", compile_config=config)
-    fns = {"transformers": lambda: hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N,
-                                               min_new_tokens=N, do_sample=False, num_beams=1, **hf_compile)[:, 1:],
-           "t2t": lambda: ours.generate(ids, max_new_tokens=N, min_new_tokens=N, compile=compiled)}
+    fns = {"transformers": decode_fn(hf, "hf", ids, N, compiled), "t2t": decode_fn(ours, "ours", ids, N, compiled)}
     if not compiled:
         fns["nai-t5"] = lambda: nai_greedy(nai, ids, N)
     return fns
