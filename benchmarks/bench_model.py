@@ -41,6 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parent
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
              feed_forward_proj="relu", tie_word_embeddings=True)
+DIMENSIONS = ("d_model", "d_ff", "num_heads", "d_kv", "num_layers", "vocab_size")  # for counting FLOPs and bytes
 TRAIN_SHAPES = [(8, 128, 16), (4, 512, 114)]
 DECODE_SHAPE = (32, 128, 32)
 
@@ -204,7 +205,7 @@ def matmul_gflops(reps: int = 5, n: int = 2048) -> dict:
 
 def training_flops(B: int, S: int, T: int) -> float:
     """Explicit count for one step: 3 × forward (backward = 2 × forward) of every matmul, attention included."""
-    d, f, h, dkv, L, V = 512, 2048, 8, 64, 6, 32128
+    d, f, h, dkv, L, V = (SMALL[k] for k in DIMENSIONS)
     inner = h * dkv
     enc_tok, dec_tok = B * S, B * T
     enc = enc_tok * L * (4 * d * inner + 2 * d * f) * 2 + L * B * h * S * S * dkv * 2 * 2
@@ -227,7 +228,7 @@ def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float) -> floa
     (fp32 t5-small): the encoder and the cross-attention keys/values at the matmul rate, then ``N`` decoder
     passes, each bound by the larger of its FLOPs at the matmul rate and its bytes (decoder and output
     weights, cross-attention keys/values) at the read bandwidth."""
-    d, f, h, dkv, L, V = 512, 2048, 8, 64, 6, 32128
+    d, f, h, dkv, L, V = (SMALL[k] for k in DIMENSIONS)
     inner = h * dkv
     encoder = B * S * L * (4 * d * inner + 2 * d * f) * 2 + L * B * h * S * S * dkv * 2 * 2
     cross_kv = B * S * L * 2 * d * inner * 2
