@@ -26,7 +26,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -121,11 +123,24 @@ class Study:
                 "--set", "precision=bf16", "--set", "threads=1", "--output-dir", str(run)]
 
     def run(self, jobs: int) -> None:
-        """Pre-training first; scratch fine-tuning fills free slots meanwhile; the rest waits for its model."""
+        """Pre-training first; scratch fine-tuning fills free slots meanwhile; the rest waits for its model.
+        After a stage fails, the runs not yet started are skipped: the study stops at its first failure."""
         self.make_vocabulary()
         runs = [(t, c, s) for s in self.scale.seeds for t in self.scale.tasks for c in self.scale.conditions]
+        failed = threading.Event()
+
+        def unless_failed(stage: Callable[..., None], *args) -> None:
+            if failed.is_set():
+                return
+            try:
+                stage(*args)
+            except BaseException:
+                failed.set()
+                raise
+
         with ThreadPoolExecutor(jobs) as pool:
-            pretrained = {c: pool.submit(self.pretrain, c) for c in self.scale.conditions if c != "scratch"}
+            pretrained = {c: pool.submit(unless_failed, self.pretrain, c)
+                          for c in self.scale.conditions if c != "scratch"}
 
             def finetune_after_pretraining(task: str, condition: str, seed: int) -> None:
                 if condition in pretrained:
@@ -133,7 +148,8 @@ class Study:
                 self.finetune(task, condition, seed)
 
             ordered = sorted(runs, key=lambda r: r[1] != "scratch")
-            for future in [*pretrained.values(), *(pool.submit(finetune_after_pretraining, *r) for r in ordered)]:
+            finetuned = [pool.submit(unless_failed, finetune_after_pretraining, *r) for r in ordered]
+            for future in [*pretrained.values(), *finetuned]:
                 future.result()
 
 

@@ -69,6 +69,24 @@ def test_beating_scratch_means_every_pretrained_seed_above_every_scratch_seed():
     assert "on 1 of 1 tasks" in text
 
 
+def test_the_study_stops_at_a_failed_stage_instead_of_starting_the_queued_runs(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the script imports study_summary from beside it
+    study_module = load("pretraining_study")
+    study = study_module.Study(tmp_path, study_module.SCALES["smoke"])
+    started = []
+
+    def finetune(task: str, condition: str, seed: int) -> None:
+        started.append((task, condition, seed))
+        raise SystemExit(f"finetune_{task}_{condition}_seed{seed} failed")
+
+    monkeypatch.setattr(study, "make_vocabulary", lambda: None)
+    monkeypatch.setattr(study, "pretrain", lambda condition: None)
+    monkeypatch.setattr(study, "finetune", finetune)
+    with pytest.raises(SystemExit, match="finetune_cola_scratch_seed0 failed"):
+        study.run(jobs=1)
+    assert started == [("cola", "scratch", 0)]  # the smoke scale's 14 other runs were skipped
+
+
 @pytest.mark.real_data
 def test_the_indomain_source_is_the_glue_training_inputs_then_the_corpus(data_dir):
     tasks = load("study_tasks")
