@@ -21,7 +21,9 @@ memory measurements stay fp32). With ``--compile`` each workload also runs compi
 ours as ``compile: true`` runs it (training: the forward pass and loss as one static graph; decoding: the
 static-shape step, ``generate(compile=True)``), transformers as its users compile it (``torch.compile`` of
 the model; generation with a static cache and its automatic compilation); compile time is excluded (two
-warm-up runs). Results go to benchmarks/results/model.json.
+warm-up runs). The process keeps freed memory for reuse, as t2t's commands do (``t2t.allocator``; both
+models share the process, so both get it); ``T2T_SYSTEM_MALLOC=1`` measures with glibc's defaults instead.
+Results go to benchmarks/results/model.json.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from t2t.allocator import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parent
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
@@ -305,6 +309,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
     ap.add_argument("--memory-child", nargs=3, metavar=("KIND", "WORKLOAD", "SHAPE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    malloc = "kept" if keep_freed_memory() else "system"  # memory children inherit T2T_SYSTEM_MALLOC
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.memory_child:
@@ -314,7 +319,7 @@ def main() -> None:
 
     results: dict = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                                  "threads": torch.get_num_threads(), "cpu": cpu_name()},
-                     "optimizer": args.optimizer, "precision": args.precision}
+                     "optimizer": args.optimizer, "precision": args.precision, "malloc": malloc}
     import transformers
     results["machine"]["transformers"] = transformers.__version__
     rates = matmul_gflops()

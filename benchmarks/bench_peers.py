@@ -18,7 +18,8 @@ as ``compile: true`` does it); decoding as each library's users compile it (t2t 
 transformers a static cache with ``generate``'s compilation). nai-t5's cached decoding step slices its cache
 to the current length, a new shape every step, so its compiled decoding is not measured. Models alternate,
 order swapped every repetition; the median wall time is reported with each one's speed relative to
-transformers' eager time. Results: JSON in --out.
+transformers' eager time. The process keeps freed memory for reuse, as t2t's commands do (``t2t.allocator``,
+for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults). Results: JSON in --out.
 
 nai-t5 1.0.10 needs two things its own code does not do here, both applied below: the tied output layer of
 T5 1.0 scaled by d_model^-0.5 (its converter copies the embedding unscaled), and a greedy loop over its
@@ -37,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from bench_model import decode_fn  # benchmarks/, beside this script: each library's greedy decoding
 
+from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
 from t2t.models.t5 import T5, ModelConfig
@@ -183,11 +185,12 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
     args = parser.parse_args()
+    malloc = "kept" if keep_freed_memory() else "system"
     device = torch.device(args.device)
     models = build(device)
     check_agreement(models, device)
     results = {"device": args.device, "precision": args.precision, "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "workloads": {}}
+               "threads": torch.get_num_threads(), "malloc": malloc, "workloads": {}}
     builders = {"encoder": encoder_fns, "train": train_fns, "greedy": greedy_fns}
     for workload in args.workloads:
         for shape in SHAPES[workload]:

@@ -23,6 +23,7 @@ import yaml
 from tqdm import tqdm
 
 from t2t import config
+from t2t.allocator import keep_freed_memory
 from t2t.data.sources import resolve_data_dir
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
@@ -32,9 +33,12 @@ from t2t.terminal import disable_progress_bars_off_terminal
 
 def run_cli(main):
     """Wrap a ``main(argv)``: T2TError → one line on stderr and exit 2; Ctrl-C → exit 130; no progress bars
-    when stderr is not a terminal."""
+    when stderr is not a terminal. Run as a command (``argv`` None: the process is the command's own), freed
+    memory is kept for reuse (``t2t.allocator``); called from Python with arguments, malloc is left alone."""
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
+        if argv is None:
+            keep_freed_memory()
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         disable_progress_bars_off_terminal()
         try:
