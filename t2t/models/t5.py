@@ -46,7 +46,7 @@ from torch import nn
 
 from t2t import config as config_lib
 from t2t.errors import T2TError
-from t2t.models.kernels import Dropout, FlexBias, Linear, attention, flex_bias, linear
+from t2t.models.kernels import Dropout, FlexBias, Linear, attention, flex_bias, linear, relu
 from t2t.models import decoding
 
 
@@ -282,7 +282,7 @@ class FeedForward(nn.Module):
         if self.gated:
             h = F.gelu(self.wi_0(h), approximate="tanh") * self.wi_1(h)  # gelu_new
         else:
-            h = F.relu(self.wi(h))
+            h = relu(self.wi(h))
         h = self.wo(self.dropout(h))
         if self.adapter is not None:
             h = self.adapter(h)
@@ -305,7 +305,7 @@ class Adapter(nn.Module):
         nn.init.normal_(self.wo.weight, std=1e-3)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + self.wo(F.relu(self.wi(h)))
+        return h + self.wo(relu(self.wi(h)))
 
 
 def add_adapters(model: "T5", dim: int) -> None:
