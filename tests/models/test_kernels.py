@@ -228,3 +228,28 @@ def test_one_query_attention_is_sdpa_up_to_rounding(dtype, monkeypatch):
         error, bound = (got.double() - exact).abs(), _one_query_rounding_bound(q, k, v, b, dtype)
         assert (error <= bound).all(), f"worst error/bound {(error / bound).max():.3f}"
     assert len(calls) == 2
+
+
+def _saved_dtypes(fn, x: torch.Tensor) -> list[torch.dtype]:
+    """The dtypes of the tensors ``fn`` saves for its backward pass."""
+    dtypes = []
+
+    def pack(t):
+        dtypes.append(t.dtype)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(x).sum().backward()
+    return dtypes
+
+
+def test_relu_equals_f_relu_and_compiles_without_saving_a_bool_mask():
+    """Compiled, F.relu's training graph saves ``out <= 0`` as bools, which inductor's CPU code stores slowly;
+    ``kernels.relu`` saves its float output instead and computes what F.relu computes."""
+    x = torch.tensor([[-1.0, 0.0, 2.0, -0.0, 3.5]]).repeat(4, 13)
+    grad_out = torch.randn(x.shape, generator=torch.Generator().manual_seed(0))
+    x.requires_grad_(True)
+    ours, ref = (torch.autograd.functional.vjp(relu, x, grad_out) for relu in (kernels.relu, F.relu))
+    assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1])  # values, and gradients (0 at 0)
+    assert _saved_dtypes(torch.compile(lambda x: F.relu(x) * 2.0), x) == [torch.bool]  # the control
+    assert _saved_dtypes(torch.compile(lambda x: kernels.relu(x) * 2.0), x) == [torch.float32]
