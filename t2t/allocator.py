@@ -4,10 +4,11 @@ glibc serves a large allocation (32 MB and up, and smaller ones once its thresho
 mmap and unmaps it when it is freed, so the next activation of that size faults its pages in again, 4 KB at
 a time: filling a new 32 MB tensor took 13 ms here, against 0.7 ms for one whose memory was reused. Training
 and decoding free and reallocate such tensors at every step. With every block kept in the heap (t5-small,
-AMD EPYC, 2 threads, fp32): a training step of 8 × 128→16 took 0.63 s instead of 0.71 s, of 4 × 512→114
-1.76 s instead of 2.25 s, greedy decoding of 32 × 128→32 1.04 s instead of 1.20 s; training's peak memory grew
-by 10% (2.7 → 3.0 GB), and the process holds its peak until it exits. tcmalloc (``LD_PRELOAD``) ran at the
-same speed; jemalloc with its defaults was slower than glibc's.
+AMD EPYC, 2 threads, fp32, benchmarks/bench_model.py with and without): a training step of 8 × 128→16 took
+0.612 s instead of 0.642 s, of 4 × 512→114 1.745 s instead of 2.163 s, greedy decoding of 32 × 128→32 1.024 s
+instead of 1.053 s; training's peak memory grew by 10% (2.84 → 3.12 GB at 4 × 512→114), and the process holds
+its peak until it exits. tcmalloc (``LD_PRELOAD``) ran at the same speed; jemalloc with its defaults was
+slower than glibc's.
 """
 
 from __future__ import annotations
