@@ -43,7 +43,7 @@ def test_kept_memory_is_reused_without_page_faults(monkeypatch):
     monkeypatch.setenv("T2T_SYSTEM_MALLOC", "1")
     took, system = faults()
     assert took == "False"
-    assert system >= 4 * PAGES_PER_TENSOR
+    assert system >= 10 * max(kept, 1)  # 4 KB pages: 5 × 16,384 faults (fewer where huge pages back it)
 
 
 def test_a_command_keeps_freed_memory_and_an_in_process_call_does_not(monkeypatch):
