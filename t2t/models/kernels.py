@@ -1,5 +1,5 @@
-"""The model's hot operations on the CPU: linear layers on the fastest fp32 kernel, cheaper dropout masks.
-(What each choice measured, per CPU: benchmarks/README.md, "Model".)
+"""The model's hot operations on the CPU: linear layers on the fastest fp32 kernel, cheaper dropout masks,
+a ReLU that compiles without a bool mask. (What each choice measured, per CPU: benchmarks/README.md, "Model".)
 
 On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN (which PyTorch ships for
 its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes all three products of a
@@ -26,6 +26,9 @@ process and micro-batch it lands in (one ``random_`` call per row instead of one
 custom op ``t2t::dropout_keep_mask``, so compiled code draws the very masks eager code draws, in the same
 order (a compiled CPU run with dropout computes what the eager one does); CUDA uses ``F.dropout`` with
 torch's generator.
+
+``relu`` is ``F.relu`` through the custom ops ``t2t::relu`` and ``t2t::relu_backward`` on the CPU (see its
+docstring for why).
 """
 
 from __future__ import annotations
