@@ -203,8 +203,8 @@ def matmul_gflops(precision: str = "fp32", reps: int = 5, n: int = 2048) -> dict
         products = {"onednn_bf16": lambda: a @ b}
     else:
         products = {"mkl": lambda: a @ b}
-    if kernels.HAS_ONEDNN and precision == "fp32":
-        products["onednn"] = lambda: kernels.onednn_linear(a, b)
+        if kernels.HAS_ONEDNN:
+            products["onednn"] = lambda: kernels.onednn_linear(a, b)
     rates = {}
     for name, product in products.items():
         product()
