@@ -14,7 +14,6 @@ slower than glibc's.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 # mallopt's parameter numbers (glibc's malloc.h)
@@ -29,8 +28,7 @@ def keep_freed_memory() -> bool:
     environment sets ``T2T_SYSTEM_MALLOC=1``."""
     if os.environ.get(OPT_OUT) == "1":
         return False
-    name = ctypes.util.find_library("c")
-    mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the process's own symbols, libc's among them
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
