@@ -253,3 +253,43 @@ def test_relu_equals_f_relu_and_compiles_without_saving_a_bool_mask():
     assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1])  # values, and gradients (0 at 0)
     assert _saved_dtypes(torch.compile(lambda x: F.relu(x) * 2.0), x) == [torch.bool]  # the control
     assert _saved_dtypes(torch.compile(lambda x: kernels.relu(x) * 2.0), x) == [torch.float32]
+
+
+def _rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The worst-case rounding of fp32 ``x @ w.T`` summed in any order: γ_K · (|x| @ |w|.T), γ_K = Ku/(1-Ku)."""
+    K, u = x.shape[-1], 2.0 ** -24
+    return K * u / (1 - K * u) * (x.abs().double() @ w.abs().double().T)
+
+
+@pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
+def test_packed_weights_give_the_product_and_follow_in_place_changes():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 7, 64, generator=g), torch.randn(48, 64, generator=g)
+    exact = lambda: x.double() @ w.double().T  # noqa: E731
+    with torch.no_grad(), kernels.packed_weights():
+        y = kernels.linear(x, w)
+        assert len(kernels._packed) == 1  # the packed path was taken
+        assert ((y.double() - exact()).abs() <= _rounding_bound(x, w)).all()
+        w.mul_(-2)  # an in-place change must not leave the old packed copy in use
+        y = kernels.linear(x, w)
+        assert ((y.double() - exact()).abs() <= _rounding_bound(x, w)).all()
+    assert kernels._packed is None  # the copies go on leaving
+    with kernels.packed_weights():  # with autograd on, nothing is packed
+        assert _takes_onednn(kernels.linear(x.requires_grad_(True), w))
+        assert len(kernels._packed) == 0
+
+
+@pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
+def test_decoding_packs_the_weights_and_gives_the_unpacked_tokens(monkeypatch):
+    from t2t.models.t5 import T5, ModelConfig
+
+    torch.manual_seed(0)
+    model = T5(ModelConfig(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)).eval()
+    x = torch.randint(3, 96, (3, 11), generator=torch.Generator().manual_seed(2))
+    packed_during_decoding = []
+    model.decoder.blocks[-1].ff.wo.register_forward_hook(
+        lambda *_: packed_during_decoding.append(len(kernels._packed or ())))
+    packed = model.generate(x, max_new_tokens=6, min_new_tokens=6)
+    assert min(packed_during_decoding) > 0
+    monkeypatch.setattr(kernels, "CAN_PACK", False)
+    torch.testing.assert_close(model.generate(x, max_new_tokens=6, min_new_tokens=6), packed, rtol=0, atol=0)
