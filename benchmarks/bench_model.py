@@ -1,6 +1,6 @@
 """Speed and memory of t2t's T5 against transformers' T5ForConditionalGeneration, same weights, same run.
 
-Run by hand (never a test):   python benchmarks/bench_model.py [--reps 7] [--threads N] [--profile]
+Run by hand (never a test):   python benchmarks/bench_model.py [--reps 7] [--threads N] [--breakdown]
                               [--precision bf16 --skip-memory --out benchmarks/results/model-bf16.json]
                               [--compile --skip-memory --out benchmarks/results/model-compiled.json]
 
@@ -249,6 +249,49 @@ def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float) -> floa
     return (encoder + cross_kv) / (gflops * 1e9) + N * step
 
 
+PRODUCTS = ("onednn_linear", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.addmm", "scaled_dot_product")
+
+
+def op_breakdown(fn, flops: float | None, gflops: float) -> dict:
+    """Where ``fn``'s time goes: every op it dispatches timed where it runs (a TorchDispatchMode around one
+    call, after the warm-ups ``alternate`` did), grouped into the matrix products, dropout masks, the
+    optimizer's update and all other ops; ``outside ops`` is the wall time the ops leave (Python, autograd,
+    and this mode's own cost, a few microseconds an op). (torch.profiler's figures were no use for this
+    here: under it, zero-filling a fresh 66 MB gradient took 180 ms instead of 2–20.) With ``flops`` (a
+    training step): the products' own rate as a share of the run's 2048³ rate, which is also the step's
+    share were every other op free: the ceiling of the "share of the matmul rate" with these kernels."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seconds: dict[str, float] = {}
+
+    class Clock(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            start = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            name = str(func)
+            group = ("products" if any(p in name for p in PRODUCTS) else "dropout masks" if "keep_mask" in name
+                     else "optimizer" if "adam" in name else "other ops")
+            seconds[group] = seconds.get(group, 0.0) + time.perf_counter() - start
+            return out
+
+    start = time.perf_counter()
+    with Clock():
+        fn()
+    wall = time.perf_counter() - start
+    out = {"wall_s": wall, **seconds, "outside ops": wall - sum(seconds.values())}
+    if flops:
+        out["products_share_of_matmul_rate"] = flops / seconds["products"] / 1e9 / gflops
+    return out
+
+
+def print_breakdown(b: dict) -> None:
+    parts = {k: v for k, v in b.items() if k not in ("wall_s", "products_share_of_matmul_rate")}
+    print(f"  ours, one call timed op by op ({b['wall_s']:.3f} s): "
+          + ", ".join(f"{k} {100 * v / b['wall_s']:.0f}%" for k, v in parts.items()))
+    if "products_share_of_matmul_rate" in b:
+        print(f"  products at {100 * b['products_share_of_matmul_rate']:.0f}% of the 2048³ rate")
+
+
 # ---- memory (fresh subprocess per measurement) ----------------------------------------------------------
 
 
@@ -311,7 +354,8 @@ def main() -> None:
                     help="bf16: both models' timed steps and decoding under CPU bf16 autocast")
     ap.add_argument("--compile", action="store_true", help="also run each workload compiled (see above)")
     ap.add_argument("--skip-memory", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops for a training step")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="time every op of one of our training steps and of greedy decoding (see op_breakdown)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
     ap.add_argument("--memory-child", nargs=3, metavar=("KIND", "WORKLOAD", "SHAPE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -372,11 +416,10 @@ def main() -> None:
         rows.append((f"train B{B} {S}->{T}", r, entry))
         print(f"train B{B} {S}->{T}: " + ", ".join(f"{name} {r[name]['wall_s']:.3f}s" for name in r), flush=True)
         save()
-        if args.profile:
-            from torch.profiler import profile
-            with profile() as prof:
-                fns["ours"]()
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        if args.breakdown:
+            entry["ours_breakdown"] = op_breakdown(fns["ours"], flops, gflops)
+            print_breakdown(entry["ours_breakdown"])
+            save()
 
     B, S, N = DECODE_SHAPE
     enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
@@ -398,6 +441,9 @@ def main() -> None:
              **{f"{name}_over_floor": r[name]["wall_s"] / floor for name in r}}
     if args.compile:
         entry |= speedups(r, "_compiled") | compiled_gains(r)
+    if args.breakdown:
+        entry["ours_breakdown"] = op_breakdown(fns["ours"], None, gflops)
+        print_breakdown(entry["ours_breakdown"])
     results["decode_greedy"] = entry
     rows.append((f"greedy B{B} {S}->{N}", r, entry))
     save()
