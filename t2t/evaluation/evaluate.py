@@ -336,7 +336,6 @@ def trim_inputs(inputs: list[np.ndarray], length: int | None, eos_id: int) -> tu
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def decode_in_batches(model, inputs: list[np.ndarray], vocab, decoding: DecodingConfig, *, max_new_tokens: int,
                       device, precision="fp32", desc="decode") -> tuple[list[str], int]:
     """Greedy, beam or sampled decodes (per ``decoding``) of ``inputs`` in source order, and the number of
@@ -365,7 +364,6 @@ def generated_tokens(ids: torch.Tensor, eos_id: int) -> int:
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def rank_in_batches(model, task: Task, examples: list[dict], inputs: list[np.ndarray], vocab, *, batch_size: int,
                     device, precision="fp32") -> tuple[list[str], int]:
     """For each example, the choice (of ``task.rank_choices_for``) with the highest log-likelihood given its

@@ -18,8 +18,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from t2t.models import kernels
-
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
 
 
@@ -50,7 +48,6 @@ def decoding_step(model, compile: bool = False) -> Callable:
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 1,
              alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              generator: torch.Generator | None = None, min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
@@ -71,7 +68,6 @@ def _greedy_choice(logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def greedy(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *,
            min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
     """Arg-max decoding."""
@@ -79,7 +75,6 @@ def greedy(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, 
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def sample(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
            min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
@@ -132,7 +127,6 @@ def t5_length_penalty(alpha: float) -> Callable[[int], float]:
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 4,
                 alpha: float = 0.6, length_penalty: Callable[[int], float] | None = None,
                 min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
@@ -212,7 +206,6 @@ def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int =
 
 
 @torch.no_grad()
-@kernels.packed_weights()
 def score(model, encoder_input_tokens: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
     """[B] sum over target tokens of log p(token | input, previous tokens); padding (0) is ignored.
 

@@ -43,10 +43,11 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t import config as config_lib
 from t2t.errors import T2TError
-from t2t.models.kernels import Dropout, FlexBias, Linear, attention, flex_bias, linear, relu
+from t2t.models.kernels import Dropout, FlexBias, Linear, attention, flex_bias, linear, packed_weights, relu
 from t2t.models import decoding
 
 
@@ -451,6 +452,7 @@ class DecoderCache:
         self.cross_bias = cross_bias                       # [B, 1, 1, S]
         self.key_valid = key_valid                         # [B, max_len] bool (left-padded prefixes) or None
         self.qkv_weights: list[torch.Tensor] = []          # per layer, q|k|v concatenated once per decode
+        self.packed_weights = WeakIdKeyDictionary()        # oneDNN copies of the weights (kernels.packed_weights)
         self.length = 0                                    # decoder tokens consumed so far
 
     def self_bias(self, t: int, T: int) -> torch.Tensor:
@@ -722,7 +724,8 @@ class T5(nn.Module):
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """Feed one decoder token per row (``tokens`` [B]) at position ``cache.length``; logits [B, V]."""
-        return self.project(self.extend(tokens[:, None], cache)[:, 0])  # [B, V]
+        with packed_weights(cache.packed_weights):  # reordered for oneDNN once per decoding call, not per token
+            return self.project(self.extend(tokens[:, None], cache)[:, 0])  # [B, V]
 
     def static_decode_step(self, tokens, position, self_k, self_v, qkv_weights, bias_table, key_valid, cross_k,
                            cross_v, cross_bias) -> torch.Tensor:

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.models import kernels
 
@@ -266,30 +267,35 @@ def test_packed_weights_give_the_product_and_follow_in_place_changes():
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(5, 7, 64, generator=g), torch.randn(48, 64, generator=g)
     exact = lambda: x.double() @ w.double().T  # noqa: E731
-    with torch.no_grad(), kernels.packed_weights():
+    store = WeakIdKeyDictionary()
+    with torch.no_grad(), kernels.packed_weights(store):
         y = kernels.linear(x, w)
-        assert len(kernels._packed) == 1  # the packed path was taken
+        assert len(store) == 1  # the packed path was taken
         assert ((y.double() - exact()).abs() <= _rounding_bound(x, w)).all()
         w.mul_(-2)  # an in-place change must not leave the old packed copy in use
         y = kernels.linear(x, w)
         assert ((y.double() - exact()).abs() <= _rounding_bound(x, w)).all()
-    assert kernels._packed is None  # the copies go on leaving
-    with kernels.packed_weights():  # with autograd on, nothing is packed
+    assert kernels._packed is None  # outside, nothing is packed
+    with kernels.packed_weights(store := WeakIdKeyDictionary()):  # with autograd on, nothing is packed either
         assert _takes_onednn(kernels.linear(x.requires_grad_(True), w))
-        assert len(kernels._packed) == 0
+    assert len(store) == 0
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_decoding_packs_the_weights_and_gives_the_unpacked_tokens(monkeypatch):
+def test_decoding_steps_pack_the_weights_and_give_the_unpacked_tokens(monkeypatch):
     from t2t.models.t5 import T5, ModelConfig
 
     torch.manual_seed(0)
     model = T5(ModelConfig(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)).eval()
     x = torch.randint(3, 96, (3, 11), generator=torch.Generator().manual_seed(2))
-    packed_during_decoding = []
-    model.decoder.blocks[-1].ff.wo.register_forward_hook(
-        lambda *_: packed_during_decoding.append(len(kernels._packed or ())))
-    packed = model.generate(x, max_new_tokens=6, min_new_tokens=6)
-    assert min(packed_during_decoding) > 0
-    monkeypatch.setattr(kernels, "CAN_PACK", False)
-    torch.testing.assert_close(model.generate(x, max_new_tokens=6, min_new_tokens=6), packed, rtol=0, atol=0)
+    packed = {"encoder": [], "decoder": []}
+    for stack in packed:  # how many weights are packed when each stack's last product runs
+        getattr(model, stack).blocks[-1].ff.wo.register_forward_hook(
+            lambda *_, stack=stack: packed[stack].append(len(kernels._packed or ())))
+    tokens = model.generate(x, max_new_tokens=6, min_new_tokens=6)
+    assert packed["encoder"] == [0]  # run once per call: packing it would not pay
+    assert min(packed["decoder"][1:]) > 0  # every step after the first (begin_decoding runs the first)
+    monkeypatch.setenv("T2T_UNPACKED_WEIGHTS", "1")  # the opt-out
+    packed["decoder"].clear()
+    torch.testing.assert_close(model.generate(x, max_new_tokens=6, min_new_tokens=6), tokens, rtol=0, atol=0)
+    assert max(packed["decoder"]) == 0
