@@ -253,13 +253,13 @@ PRODUCTS = ("onednn_linear", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.a
 
 
 def op_breakdown(fn) -> dict:
-    """Where ``fn``'s time goes: every op it dispatches timed where it runs (a TorchDispatchMode around one
-    call), grouped into the matrix products, dropout masks, the
-    optimizer's update and all other ops; ``outside ops`` is the wall time the ops leave (Python, autograd,
-    and this mode's own cost, a few microseconds an op). (torch.profiler's figures were no use for this
-    here: under it, zero-filling a fresh 66 MB gradient took 180 ms instead of 2–20.) The products alone
-    give each target its ceiling with these kernels: a training step's share of the matmul rate were every
-    other op free, and greedy decoding's time over its floor likewise."""
+    """Where ``fn``'s time goes: every op it dispatches, timed where it runs (a TorchDispatchMode around one
+    call) and grouped into the matrix products, dropout masks, the optimizer's update and all other ops;
+    ``outside ops`` is the wall time the ops leave (Python, autograd, and this mode's own cost, a few
+    microseconds an op). torch.profiler's figures were no use for this here: under it, zero-filling a fresh
+    66 MB gradient took 180 ms instead of 2–20. The products alone give each target its ceiling with these
+    kernels: a training step's share of the matmul rate, or greedy decoding's time over its floor, were
+    every other op free."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seconds: dict[str, float] = {}
