@@ -54,12 +54,17 @@ CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
 
 
+def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` by oneDNN's linear kernel; ``weight`` plain (any strides) or packed (``packed_weights``)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+
 @torch.library.custom_op("t2t::onednn_linear", mutates_args=())
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
     if x.shape[-1] == 0:  # an empty sum (the weight gradient of an empty batch): oneDNN refuses it
         return x.new_zeros((*x.shape[:-1], weight.shape[0]))
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+    return _onednn_product(x, weight)
 
 
 @onednn_linear.register_fake
@@ -100,7 +105,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
     if _use_onednn(x, weight):
         if _packed is not None and x.numel() and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(weight, x), None, "none", [], "")
+            return _onednn_product(x, _packed_weight(weight, x))
         return onednn_linear(x, weight)
     return F.linear(x, weight)
 
