@@ -369,15 +369,23 @@ class Stack(nn.Module):
         return torch.where(allowed[:, None], bias, torch.finfo(dtype).min)  # [B, H, T, S]
 
     def flex_self_attention_bias(self, q_pos, k_pos, allowed, bidirectional: bool) -> FlexBias:
-        """The same bias for FlexAttention: buckets computed and looked up in ``relative_attention_bias``
-        inside the kernel, ``allowed`` as its block mask."""
-        table = self.relative_attention_bias.weight  # [num_buckets, H]
+        """The same bias for FlexAttention: ``allowed`` as its block mask, and inside the kernel each score
+        reads its bias from a table over key − query distances, [H, 2D + 1] (gathered from
+        ``relative_attention_bias`` outside the kernel, so autograd carries its gradient back to the buckets).
+        Why not the [buckets, H] table itself: on a GPU FlexAttention sums a captured tensor's gradient by
+        atomic adds, and a tile of scores hits only a handful of buckets (every distance past
+        ``max_distance`` shares one), so the adds serialise; the distance table gives each diagonal of a
+        tile its own entry. D covers every distance between in-range positions; the buckets stop changing
+        past ``max_distance``, so clamping longer distances (positions beyond the length) to ±D is exact."""
+        D = max(q_pos.shape[-1], k_pos.shape[-1], self.max_distance + 1) - 1
+        distances = torch.arange(-D, D + 1, device=q_pos.device)
+        buckets = relative_position_bucket(distances, bidirectional, self.num_buckets, self.max_distance)
+        by_distance = self.relative_attention_bias(buckets).T.contiguous()  # [H, 2D + 1]
         packed = q_pos.shape[0] > 1  # positions per row; else [1, T], shared by every row
 
         def add_position_bias(score, b, h, q, k):
             distance = k_pos[b, k] - q_pos[b, q] if packed else k_pos[0, k] - q_pos[0, q]
-            bucket = relative_position_bucket(distance, bidirectional, self.num_buckets, self.max_distance)
-            return score + table[bucket, h].to(score.dtype)
+            return score + by_distance[h, distance.clamp(-D, D) + D].to(score.dtype)
 
         return flex_bias(allowed, q_pos.shape[-1], add_position_bias)
 

@@ -49,6 +49,21 @@ def test_flex_logits_equal_sdpa(architecture, pack):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("max_distance", [20, 200], ids=["short", "longer-than-rows"])
+def test_flex_bias_holds_for_positions_beyond_the_row(max_distance):
+    # positions ten apart reach distances past both the row length and max_distance: the kernel's distance
+    # table clamps them, which must give the buckets the SDPA path computes from the distances themselves
+    sdpa, flex = sdpa_and_flex("encoder_decoder", relative_attention_max_distance=max_distance)
+    batch = batch_of("encoder_decoder", pack=True)
+    batch = {k: v * 10 if k.endswith("positions") else v for k, v in batch.items()}
+    assert batch["encoder_positions"].max() > max_distance
+    scored = batch["decoder_loss_weights"] > 0
+    with torch.no_grad():
+        expected = sdpa.project(sdpa.hidden_states(batch))[scored]
+        got = flex.project(flex.hidden_states(batch))[scored]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_flex_masks_matter():
     # the same model with the SDPA path on an unpacked reading of a packed batch differs: the comparison
     # above would notice a block mask that let segments see each other
