@@ -141,7 +141,7 @@ def test_attention_with_dropout_is_softmax_of_scores_plus_bias_times_the_mask_ti
 
 
 def test_row_generators_make_each_rows_masks_a_function_of_its_seed_alone():
-    x = torch.randn(3, 4, 33)  # 132 draws per row: the int16 halves of 66 words
+    x = torch.randn(3, 4, 33)  # 132 draws per row: 33 words of four draws
     with kernels.row_generators([11, 12, 13]):
         whole = kernels.dropout(x, 0.5, training=True)
         attention_mask = kernels.keep_mask((3, 2, 5, 5), 0.5)[0]
