@@ -213,17 +213,28 @@ def matmul_gflops(precision: str = "fp32", reps: int = 5, n: int = 2048) -> dict
     return {**rates, "best": max(rates.values())}
 
 
-def training_flops(B: int, S: int, T: int) -> float:
+def _sizes(cfg: dict) -> tuple[int, ...]:
+    """d_model, d_ff, heads, d_kv, layers, vocabulary, and the weights of one feed-forward sublayer."""
+    d, f, h, dkv, L, V = (cfg[k] for k in DIMENSIONS)
+    ff = (3 if cfg.get("feed_forward_proj") == "gated-gelu" else 2) * d * f  # wi (wi_0, wi_1) and wo
+    return d, f, h, dkv, L, V, ff
+
+
+def encoder_flops(B: int, S: int, cfg: dict = SMALL) -> float:
+    """One encoder forward pass: every matmul, attention included."""
+    d, f, h, dkv, L, V, ff = _sizes(cfg)
+    return B * S * L * (4 * d * h * dkv + ff) * 2 + L * B * h * S * S * dkv * 2 * 2
+
+
+def training_flops(B: int, S: int, T: int, cfg: dict = SMALL) -> float:
     """Explicit count for one step: 3 × forward (backward = 2 × forward) of every matmul, attention included."""
-    d, f, h, dkv, L, V = (SMALL[k] for k in DIMENSIONS)
+    d, f, h, dkv, L, V, ff = _sizes(cfg)
     inner = h * dkv
-    enc_tok, dec_tok = B * S, B * T
-    enc = enc_tok * L * (4 * d * inner + 2 * d * f) * 2 + L * B * h * S * S * dkv * 2 * 2
-    dec = dec_tok * L * (4 * d * inner + 2 * d * inner + 2 * d * f) * 2  # self qkvo, cross q+o, ff
-    dec += enc_tok * L * 2 * d * inner * 2  # cross-attention keys/values of the encoder output
+    dec = B * T * L * (4 * d * inner + 2 * d * inner + ff) * 2  # self qkvo, cross q+o, feed-forward
+    dec += B * S * L * 2 * d * inner * 2  # cross-attention keys/values of the encoder output
     dec += L * B * h * (T * T + T * S) * dkv * 2 * 2
-    out = dec_tok * d * V * 2
-    return 3.0 * (enc + dec + out)
+    out = B * T * d * V * 2
+    return 3.0 * (encoder_flops(B, S, cfg) + dec + out)
 
 
 def read_gbps(reps: int = 5, mb: int = 512) -> float:
@@ -233,20 +244,19 @@ def read_gbps(reps: int = 5, mb: int = 512) -> float:
     return x.numel() * 4 / statistics.median(timed(x.sum)[0] for _ in range(reps)) / 1e9
 
 
-def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float) -> float:
+def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float, cfg: dict = SMALL) -> float:
     """The least time greedy decoding of ``N`` tokens over ``B`` × ``S`` inputs can take on this machine
-    (fp32 t5-small): the encoder and the cross-attention keys/values at the matmul rate, then ``N`` decoder
+    (fp32 weights): the encoder and the cross-attention keys/values at the matmul rate, then ``N`` decoder
     passes, each bound by the larger of its FLOPs at the matmul rate and its bytes (decoder and output
     weights, cross-attention keys/values) at the read bandwidth."""
-    d, f, h, dkv, L, V = (SMALL[k] for k in DIMENSIONS)
+    d, f, h, dkv, L, V, ff = _sizes(cfg)
     inner = h * dkv
-    encoder = B * S * L * (4 * d * inner + 2 * d * f) * 2 + L * B * h * S * S * dkv * 2 * 2
     cross_kv = B * S * L * 2 * d * inner * 2
-    step_weights = L * (6 * d * inner + 2 * d * f) + V * d  # self q|k|v|o, cross q|o, feed-forward; output
+    step_weights = L * (6 * d * inner + ff) + V * d  # self q|k|v|o, cross q|o, feed-forward; output
     step_flops = 2 * B * step_weights + L * B * h * S * dkv * 2 * 2  # + attention over the encoder states
     step_bytes = 4 * (step_weights + L * 2 * B * S * inner)
     step = max(step_flops / (gflops * 1e9), step_bytes / (gbps * 1e9))
-    return (encoder + cross_kv) / (gflops * 1e9) + N * step
+    return (encoder_flops(B, S, cfg) + cross_kv) / (gflops * 1e9) + N * step
 
 
 PRODUCTS = ("onednn_linear", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.addmm", "scaled_dot_product")

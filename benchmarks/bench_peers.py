@@ -3,12 +3,12 @@ decoding, eager and compiled.
 
 Run by hand (never a test), with nai-t5 installed (``pip install nai-t5``):
 
-    python benchmarks/bench_peers.py [--device cpu|cuda] [--precision fp32|bf16] [--reps 5]
-                                     [--workloads encoder train greedy]
+    python benchmarks/bench_peers.py [--preset t5-small|t5.1.1-small] [--device cpu|cuda]
+                                     [--precision fp32|bf16] [--reps 5] [--workloads encoder train greedy]
 
-A random t5-small (T5 1.0, dropout 0) built by transformers is copied into t2t (through t2t's key map) and
-into nai-t5 (through its own converter); the three models' logits are checked to agree. Workloads, on full
-rows (no padding):
+A random t5-small (T5 1.0: ReLU, tied output layer) or t5.1.1-small (gated GELU, separate output layer),
+dropout 0, built by transformers is copied into t2t (through t2t's key map) and into nai-t5 (through its own
+converter); the three models' logits are checked to agree. Workloads, on full rows (no padding):
   encoder  the encoder over 32 × 128 and 4 × 512 tokens
   train    forward, mean token cross-entropy, backward and a fused AdamW step at 8 × 128→16 and 4 × 512→114
   greedy   greedy decoding of 32 tokens (EOS suppressed, so equal work) for 32 × 128 inputs, outputs checked
@@ -18,7 +18,9 @@ as ``compile: true`` does it); decoding as each library's users compile it (t2t 
 transformers a static cache with ``generate``'s compilation). nai-t5's cached decoding step slices its cache
 to the current length, a new shape every step, so its compiled decoding is not measured. Models alternate,
 order swapped every repetition; the median wall time is reported with each one's speed relative to
-transformers' eager time. The process keeps freed memory for reuse, as t2t's commands do (``t2t.allocator``,
+transformers' eager time, and against this machine: for the encoder and training, the share of the matmul
+rate (FLOPs counted as ``bench_model`` counts them, over the best 2048³ rate measured at the start and after
+each workload), for greedy decoding the time over its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse, as t2t's commands do (``t2t.allocator``,
 for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults). Results: JSON in --out.
 
 nai-t5 1.0.10 needs two things its own code does not do here, both applied below: the tied output layer of
@@ -36,20 +38,25 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_model import decode_fn  # benchmarks/, beside this script: each library's greedy decoding
+from bench_model import (decode_fn, decoding_floor_s, encoder_flops, matmul_gflops, read_gbps,  # benchmarks/
+                         training_flops)
 
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
 from t2t.models.t5 import T5, ModelConfig
 
-SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.0,
-             feed_forward_proj="relu", tie_word_embeddings=True)
+PRESETS = {
+    "t5-small": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+                     dropout_rate=0.0, feed_forward_proj="relu", tie_word_embeddings=True),
+    "t5.1.1-small": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_heads=6,
+                         dropout_rate=0.0, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+}
 SHAPES = {"encoder": [(32, 128), (4, 512)], "train": [(8, 128, 16), (4, 512, 114)], "greedy": [(32, 128, 32)]}
 EOS = 1
 
 
-def build(device: torch.device) -> dict:
+def build(cfg: dict, device: torch.device) -> dict:
     """The three models with transformers' random weights."""
     import transformers
     from nai_t5 import t5_hf
@@ -57,15 +64,16 @@ def build(device: torch.device) -> dict:
 
     torch.manual_seed(0)
     hf = transformers.T5ForConditionalGeneration(transformers.T5Config(
-        **SMALL, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS)).to(device)
-    ours = T5(ModelConfig(**SMALL)).to(device)
+        **cfg, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS)).to(device)
+    ours = T5(ModelConfig(**cfg)).to(device)
     state = hf.state_dict()
     ours.load_state_dict({k: state[hf_key(k)] for k in ours.state_dict()})
     nai_config = t5_hf.to_based_config(hf.config, n_tokens=512, device=device)
     nai = NaiT5(nai_config).to(device)
     nai.load_state_dict(t5_hf.hf_to_based_t5_state(state, nai_config))
-    with torch.no_grad():
-        nai.lm_head.weight.mul_(SMALL["d_model"] ** -0.5)  # T5 1.0's tied output layer
+    if cfg["tie_word_embeddings"]:
+        with torch.no_grad():
+            nai.lm_head.weight.mul_(cfg["d_model"] ** -0.5)  # T5 1.0's tied output layer
     return {"transformers": hf, "t2t": ours, "nai-t5": nai}
 
 
@@ -173,12 +181,22 @@ def check_agreement(models: dict, device: torch.device) -> None:
     enc, dec = (torch.randint(2, 32000, (2, n), generator=g).to(device) for n in (16, 5))
     with torch.no_grad():
         out = {name: fn() for name, fn in logits({k: m.eval() for k, m in models.items()}, enc, dec).items()}
+    scale = out["transformers"].abs().max().item()  # T5 1.1's logits reach the hundreds: fp32 rounding scales
     for name in ("t2t", "nai-t5"):
-        torch.testing.assert_close(out[name], out["transformers"], rtol=1e-4, atol=1e-4, msg=name)
+        torch.testing.assert_close(out[name], out["transformers"], rtol=1e-4, atol=1e-4 * max(1.0, scale), msg=name)
+
+
+def against_machine(workload: str, shape: tuple, seconds: float, gflops: float, gbps: float, cfg: dict) -> dict:
+    """The share of the matmul rate (encoder, training) or the time over the decoding floor (greedy)."""
+    if workload == "greedy":
+        return {"over_floor": seconds / decoding_floor_s(*shape, gflops, gbps, cfg)}
+    flops = encoder_flops(*shape, cfg) if workload == "encoder" else training_flops(*shape, cfg)
+    return {"share_of_matmul_rate": flops / seconds / 1e9 / gflops}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="t5-small", choices=PRESETS)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--reps", type=int, default=5)
@@ -187,10 +205,13 @@ def main() -> None:
     args = parser.parse_args()
     malloc = "kept" if keep_freed_memory() else "system"
     device = torch.device(args.device)
-    models = build(device)
+    cfg = PRESETS[args.preset]
+    models = build(cfg, device)
     check_agreement(models, device)
-    results = {"device": args.device, "precision": args.precision, "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "malloc": malloc, "workloads": {}}
+    results = {"preset": args.preset, "device": args.device, "precision": args.precision,
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": malloc, "workloads": {}}
+    if device.type == "cpu":  # the yardsticks of bench_model, CPU only
+        results |= {"matmul_gflops": matmul_gflops(args.precision)["best"], "read_gbps": read_gbps()}
     builders = {"encoder": encoder_fns, "train": train_fns, "greedy": greedy_fns}
     for workload in args.workloads:
         for shape in SHAPES[workload]:
@@ -202,13 +223,20 @@ def main() -> None:
             base = medians["transformers eager"]
             results["workloads"][key] = {name: {"median_s": t, "speed_vs_transformers_eager": base / t}
                                          for name, t in medians.items()}
+            if device.type == "cpu":  # the best rate so far: one slow measurement would inflate the shares
+                results["matmul_gflops"] = max(results["matmul_gflops"], matmul_gflops(args.precision)["best"])
+                for name, t in medians.items():
+                    results["workloads"][key][name] |= against_machine(
+                        workload, shape, t, results["matmul_gflops"], results["read_gbps"], cfg)
             if workload == "greedy":
                 reference = outputs["transformers eager"]
                 same = all(torch.equal(out, reference) for out in outputs.values())
                 results["workloads"][key]["identical_outputs"] = same
-            print(f"{key} ({args.precision}, {args.device}):")
+            print(f"{key} ({args.preset}, {args.precision}, {args.device}):")
             for name, t in medians.items():
-                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×", flush=True)
+                machine = "".join(f"  {k} {v:.2f}" for k, v in results["workloads"][key][name].items()
+                                  if k in ("share_of_matmul_rate", "over_floor"))
+                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×{machine}", flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
 
