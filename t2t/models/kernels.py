@@ -1,16 +1,17 @@
 """The model's hot operations on the CPU: linear layers on the fastest fp32 kernel, cheaper dropout masks,
 a ReLU that compiles without a bool mask. (What each choice measured, per CPU: benchmarks/README.md, "Model".)
 
-On the CPU, ``F.linear`` runs MKL's sgemm, which is tuned for Intel CPUs; oneDNN (which PyTorch ships for
-its CPU convolutions and bf16 matmuls) is fast on others too. ``linear`` routes all three products of a
-linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and ``grad.T @ x``
-(the weight gradient). On AMD it runs them at about twice MKL's rate; on Intel the first two measured even
-(the third was not measured there). Both are IEEE fp32 kernels (no reduced-precision accumulation), so
-results agree with ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager
-and compiled alike: the product is the custom op ``t2t::onednn_linear``, which ``torch.compile`` keeps as an
-opaque call and fuses the element-wise work around it (inductor has no lowering of its own for the oneDNN
-op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps run inside
-``packed_weights``, where each weight is reordered into oneDNN's own layout once rather than on every product.
+On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its CPU convolutions and bf16
+matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
+products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
+``grad.T @ x`` (the weight gradient), where that was measured to pay: on CPUs with AVX-512 always (AMD Zen 4:
+about twice MKL's rate; Intel: even), on other CPUs only without autograd (``ONEDNN_IN_TRAINING``). Both are
+IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The
+path is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the product is the custom op
+``t2t::onednn_linear``, which ``torch.compile`` keeps as an opaque call and fuses the element-wise work
+around it (inductor has no lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta
+tensors) is plain ``F.linear``. Decoding steps run inside ``packed_weights``, where each weight is reordered
+into oneDNN's own layout once rather than on every product.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
@@ -52,6 +53,12 @@ from t2t.errors import T2TError
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
+#: Whether oneDNN also takes the products autograd records (training). Where the CPU has AVX-512 its fp32
+#: GEMMs are the faster in training too (AMD Zen 4: about twice MKL's rate); on AVX2 CPUs MKL's are (AMD Zen 3:
+#: a t5-small training step 6-17% faster on MKL, eager and compiled), while oneDNN's products without autograd
+#: still win there (packed, at 32 rows: 1.3-2.8× MKL's rate). Fixed per machine, so a resumed run multiplies
+#: as the run it resumes did.
+ONEDNN_IN_TRAINING = torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -93,7 +100,7 @@ onednn_linear.register_autograd(_onednn_linear_backward, setup_context=_save_lin
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu"))
+            and not torch.is_autocast_enabled("cpu") and (ONEDNN_IN_TRAINING or not torch.is_grad_enabled()))
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
