@@ -18,6 +18,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from t2t.models.kernels import packed_weights
+
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
 
 
@@ -40,7 +42,8 @@ def decoding_step(model, compile: bool = False) -> Callable:
 
     def step(tokens: torch.Tensor, cache) -> torch.Tensor:
         position = torch.tensor([cache.length], device=tokens.device)
-        logits = compiled_static_step()(model, tokens, position, *cache.tensors())
+        with packed_weights(cache.packed_weights):  # as in ``T5.decode_step``
+            logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         cache.length += 1
         return logits
 

@@ -10,8 +10,8 @@ IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F
 path is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the product is the custom op
 ``t2t::onednn_linear``, which ``torch.compile`` keeps as an opaque call and fuses the element-wise work
 around it (inductor has no lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta
-tensors) is plain ``F.linear``. Decoding steps run inside ``packed_weights``, where each weight is reordered
-into oneDNN's own layout once rather than on every product.
+tensors) is plain ``F.linear``. Decoding steps, eager and compiled, run inside ``packed_weights``, where each
+weight is reordered into oneDNN's own layout once rather than on every product.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
@@ -74,7 +74,18 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _onednn_product(x, weight)
 
 
+@torch.library.custom_op("t2t::onednn_linear_without_grad", mutates_args=())
+def onednn_linear_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``onednn_linear`` for products autograd does not record: inside ``packed_weights``, by the weight's
+    packed copy. The copy is looked up here, inside an opaque op, so that compiled decoding steps multiply
+    by packed weights too (a graph cannot take oneDNN's packed tensors as inputs)."""
+    if _packed is None or not x.numel():
+        return onednn_linear(x, weight)
+    return _onednn_product(x, _packed_weight(weight, x))
+
+
 @onednn_linear.register_fake
+@onednn_linear_without_grad.register_fake
 def _onednn_linear_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
@@ -111,9 +122,7 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
     if _use_onednn(x, weight):
-        if _packed is not None and x.numel() and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            return _onednn_product(x, _packed_weight(weight, x))
-        return onednn_linear(x, weight)
+        return onednn_linear(x, weight) if torch.is_grad_enabled() else onednn_linear_without_grad(x, weight)
     return F.linear(x, weight)
 
 

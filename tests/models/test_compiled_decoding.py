@@ -5,6 +5,7 @@ there is one (benchmarks/run_gpu.sh runs this file there)."""
 import pytest
 import torch
 
+from t2t.models import kernels
 from t2t.models.decoding import decoding_step
 from t2t.models.t5 import T5, ModelConfig
 
@@ -26,12 +27,15 @@ def test_compiled_steps_give_the_eager_logits_at_every_position(architecture):
     model = T5(ModelConfig(**TINY, architecture=architecture)).eval().to(DEVICE)
     x, fed = inputs(), torch.randint(3, 96, (3, 10), generator=torch.Generator().manual_seed(3)).to(DEVICE)
     steps = {"eager": decoding_step(model), "compiled": decoding_step(model, compile=True)}
-    logits = {}
+    logits, packed = {}, {}
     with torch.no_grad():
         for kind, step in steps.items():
             cache, _ = model.begin_decoding(x, fed.shape[1] + 1)
             logits[kind] = torch.stack([step(fed[:, t], cache) for t in range(fed.shape[1])])  # [T, B, V]
+            packed[kind] = len(cache.packed_weights)
     torch.testing.assert_close(logits["compiled"], logits["eager"], rtol=1e-5, atol=1e-5)
+    if DEVICE == "cpu" and kernels.CAN_PACK:  # both multiply by weights packed once per call (kernels.packed_weights)
+        assert packed["compiled"] == packed["eager"] > 0
 
 
 @pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only"])
