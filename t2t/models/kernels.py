@@ -4,9 +4,9 @@ a ReLU that compiles without a bool mask. (What each choice measured, per CPU: b
 On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its CPU convolutions and bf16
 matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
 products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
-``grad.T @ x`` (the weight gradient), where that was measured to pay: on CPUs with AVX-512 always (AMD Zen 4:
-about twice MKL's rate; Intel: even), on other CPUs only without autograd (``ONEDNN_IN_TRAINING``). Both are
-IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The
+``grad.T @ x`` (the weight gradient), where that was measured to pay: on CPUs with AVX-512 (AMD Zen 4: about
+twice MKL's rate; Intel: even), and on other CPUs only for decoding steps by packed weights
+(``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The
 path is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the product is the custom op
 ``t2t::onednn_linear``, which ``torch.compile`` keeps as an opaque call and fuses the element-wise work
 around it (inductor has no lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta
@@ -53,12 +53,12 @@ from t2t.errors import T2TError
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
-#: Whether oneDNN also takes the products autograd records (training). Where the CPU has AVX-512 its fp32
-#: GEMMs are the faster in training too (AMD Zen 4: about twice MKL's rate); on AVX2 CPUs MKL's are (AMD Zen 3:
-#: a t5-small training step 6-17% faster on MKL, eager and compiled), while oneDNN's products without autograd
-#: still win there (packed, at 32 rows: 1.3-2.8× MKL's rate). Fixed per machine, so a resumed run multiplies
-#: as the run it resumes did.
-ONEDNN_IN_TRAINING = torch.backends.cpu.get_cpu_capability() == "AVX512"
+#: Whether oneDNN multiplies by plain (unpacked) weights: in training, the encoder and scoring. Where the CPU has
+#: AVX-512 its fp32 GEMMs are the faster (AMD Zen 4: about twice MKL's rate; Intel: even); on AVX2 CPUs MKL's
+#: are (AMD Zen 3: a t5-small training step 6-17% faster on MKL, eager and compiled; the encoder 3-9% on
+#: average), while oneDNN's products by packed weights still win in decoding steps there (at 32 rows 1.3-2.8×
+#: MKL's rate). Fixed per machine, so a resumed run multiplies as the run it resumes did.
+ONEDNN_UNPACKED = torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -74,18 +74,19 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _onednn_product(x, weight)
 
 
-@torch.library.custom_op("t2t::onednn_linear_without_grad", mutates_args=())
-def onednn_linear_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``onednn_linear`` for products autograd does not record: inside ``packed_weights``, by the weight's
-    packed copy. The copy is looked up here, inside an opaque op, so that compiled decoding steps multiply
-    by packed weights too (a graph cannot take oneDNN's packed tensors as inputs)."""
-    if _packed is None or not x.numel():
-        return onednn_linear(x, weight)
-    return _onednn_product(x, _packed_weight(weight, x))
+@torch.library.custom_op("t2t::linear_without_grad", mutates_args=())
+def linear_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` for products autograd does not record: inside ``packed_weights`` by oneDNN and the
+    weight's packed copy, else by this CPU's faster kernel for plain weights. The copy is looked up here,
+    inside an opaque op, so that compiled decoding steps multiply by packed weights too (a graph cannot take
+    oneDNN's packed tensors as inputs)."""
+    if _packed is not None and x.numel():
+        return _onednn_product(x, _packed_weight(weight, x))
+    return onednn_linear(x, weight) if ONEDNN_UNPACKED else F.linear(x, weight)
 
 
 @onednn_linear.register_fake
-@onednn_linear_without_grad.register_fake
+@linear_without_grad.register_fake
 def _onednn_linear_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
@@ -110,8 +111,9 @@ onednn_linear.register_autograd(_onednn_linear_backward, setup_context=_save_lin
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether oneDNN may take ``x @ weight.T``: fp32 on the CPU, autocast off."""
     return (HAS_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu") and (ONEDNN_IN_TRAINING or not torch.is_grad_enabled()))
+            and not torch.is_autocast_enabled("cpu"))
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -121,9 +123,11 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
-    if _use_onednn(x, weight):
-        return onednn_linear(x, weight) if torch.is_grad_enabled() else onednn_linear_without_grad(x, weight)
-    return F.linear(x, weight)
+    if not _use_onednn(x, weight):
+        return F.linear(x, weight)
+    if not torch.is_grad_enabled():
+        return linear_without_grad(x, weight)
+    return onednn_linear(x, weight) if ONEDNN_UNPACKED else F.linear(x, weight)
 
 
 # weight -> (its version when packed, the packed copy), the store of the innermost ``packed_weights``

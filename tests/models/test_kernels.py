@@ -14,9 +14,9 @@ def _takes_onednn(y: torch.Tensor) -> bool:
 
 
 @pytest.fixture
-def onednn_in_training(monkeypatch):
-    """The oneDNN path for products autograd records, as on CPUs with AVX-512, whatever this CPU has."""
-    monkeypatch.setattr(kernels, "ONEDNN_IN_TRAINING", True)
+def onednn_unpacked(monkeypatch):
+    """oneDNN for products by plain weights, as on CPUs with AVX-512, whatever this CPU has."""
+    monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", True)
 
 
 def _grads(fn, x, w, grad_out):
@@ -28,7 +28,7 @@ def _grads(fn, x, w, grad_out):
 
 
 @pytest.mark.parametrize("shape", [(3, 7, 64), (5, 64), (0, 64)])
-def test_linear_matches_f_linear_values_and_gradients(shape, onednn_in_training):
+def test_linear_matches_f_linear_values_and_gradients(shape, onednn_unpacked):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=g)
     w = torch.randn(48, 64, generator=g)
@@ -43,7 +43,7 @@ def test_linear_matches_f_linear_values_and_gradients(shape, onednn_in_training)
 
 
 @pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
-def test_fp32_cpu_takes_the_onednn_path_and_other_dtypes_do_not(onednn_in_training):
+def test_fp32_cpu_takes_the_onednn_path_and_other_dtypes_do_not(onednn_unpacked):
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(6, 8)
     assert _takes_onednn(kernels.linear(x, w))
     assert kernels._use_onednn(x, w)
@@ -54,7 +54,7 @@ def test_fp32_cpu_takes_the_onednn_path_and_other_dtypes_do_not(onednn_in_traini
 
 
 @pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
-def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_in_training):
+def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_unpacked):
     graphs = []
 
     def record(graph_module, example_inputs):  # the graph torch.compile hands its backend
@@ -74,19 +74,21 @@ def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_in_trai
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
-def test_without_avx512_training_products_take_f_linear_and_inference_takes_onednn(monkeypatch):
-    monkeypatch.setattr(kernels, "ONEDNN_IN_TRAINING", False)  # as on an AVX2 CPU, where MKL trains faster
+@pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
+def test_without_avx512_only_products_by_packed_weights_take_onednn(monkeypatch):
+    monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", False)  # as on an AVX2 CPU, where MKL is the faster there
     products = []
-    monkeypatch.setattr(kernels, "_onednn_product", lambda x, w: products.append(1) or F.linear(x, w))
+    onednn = kernels._onednn_product
+    monkeypatch.setattr(kernels, "_onednn_product", lambda x, w: products.append(w) or onednn(x, w))
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(6, 8)
     y = kernels.linear(x, w)
-    assert not _takes_onednn(y) and not products
     y.sum().backward()
-    assert not products  # the gradients too
     with torch.no_grad():
-        kernels.linear(x, w)
-    assert products == [1]
+        torch.testing.assert_close(kernels.linear(x, w), y)
+        assert not products and not _takes_onednn(y)  # training, its gradients and plain inference: F.linear
+        with kernels.packed_weights(store := WeakIdKeyDictionary()):
+            torch.testing.assert_close(kernels.linear(x, w), y)
+    assert len(products) == len(store) == 1  # a decoding step's product: oneDNN by the packed weight
 
 
 def test_linear_module_keeps_nn_linear_parameters():
@@ -284,7 +286,7 @@ def _rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_packed_weights_give_the_product_and_follow_in_place_changes(onednn_in_training):
+def test_packed_weights_give_the_product_and_follow_in_place_changes(onednn_unpacked):
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(5, 7, 64, generator=g), torch.randn(48, 64, generator=g)
     exact = lambda: x.double() @ w.double().T  # noqa: E731
