@@ -259,7 +259,8 @@ def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float, cfg: di
     return (encoder_flops(B, S, cfg) + cross_kv) / (gflops * 1e9) + N * step
 
 
-PRODUCTS = ("onednn_linear", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.addmm", "scaled_dot_product")
+PRODUCTS = ("onednn_linear", "linear_without_grad", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.addmm",
+            "scaled_dot_product")
 
 
 def op_breakdown(fn) -> dict:

@@ -3,8 +3,9 @@
 All functions take the model and a LongTensor of input tokens [B, S] (0 = padding, rows may be ragged).
 Decoding starts with ``T5.begin_decoding`` (an encoder-decoder runs its encoder once and computes every
 decoder layer's cross-attention keys/values once; a decoder-only model runs its input prefix once) and keeps
-the decoder self-attention keys/values in preallocated buffers (``T5.decode_step``). Outputs are [B, ≤max_new_tokens] ids without the start token, EOS included where
-produced and padding (0) after it; decoding stops early once every row has produced EOS.
+the decoder self-attention keys/values in preallocated buffers (``T5.decode_step``). Outputs are
+[B, ≤max_new_tokens] ids without the start token, EOS included where produced and padding (0) after it;
+decoding stops early once every row has produced EOS.
 
 ``generate`` picks the method: ``num_beams > 1`` → beam search; ``temperature > 0`` → sampling;
 otherwise greedy (t5x's convention: temperature 0 is greedy).

@@ -5,13 +5,14 @@ On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its C
 matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
 products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
 ``grad.T @ x`` (the weight gradient), where that was measured to pay: on CPUs with AVX-512 (AMD Zen 4: about
-twice MKL's rate; Intel: even), and on other CPUs only for decoding steps by packed weights
-(``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The
-path is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the product is the custom op
-``t2t::onednn_linear``, which ``torch.compile`` keeps as an opaque call and fuses the element-wise work
-around it (inductor has no lowering of its own for the oneDNN op). Everything else (CUDA, bf16, meta
-tensors) is plain ``F.linear``. Decoding steps, eager and compiled, run inside ``packed_weights``, where each
-weight is reordered into oneDNN's own layout once rather than on every product.
+twice MKL's rate; Intel: even), and on other CPUs only in decoding steps, by packed weights
+(``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with
+``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager and compiled alike:
+the products are the custom ops ``t2t::onednn_linear`` and ``t2t::linear_without_grad``, which
+``torch.compile`` keeps as opaque calls and fuses the element-wise work around (inductor has no lowering of
+its own for the oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps,
+eager and compiled, run inside ``packed_weights``, where each weight is reordered into oneDNN's own layout
+once rather than on every product.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
