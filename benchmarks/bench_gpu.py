@@ -176,6 +176,7 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     parser.add_argument("--models", nargs="+", default=["t2t sdpa", "t2t flex", "transformers"],
                         choices=["t2t sdpa", "t2t flex", "transformers"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
     parser.add_argument("--no-greedy", action="store_true", help="time training alone")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lengths", type=int, nargs=2, default=[512, 114], metavar=("INPUTS", "TARGETS"))
@@ -197,8 +198,8 @@ def main() -> None:
     data = batch(B, S, T, cfg.vocab_size, device)
     enc = batch(DB, DS, 1, cfg.vocab_size, device)["encoder_input_tokens"]
     for name, kind, build in variants(cfg, hf, args.models):
-        for compile in (False, True):
-            label = f"{name} {'compiled' if compile else 'eager'}"
+        for mode in args.modes:
+            compile, label = mode == "compiled", f"{name} {mode}"
             model = build().to(device).train()
             row = measure(training_step(model, kind, data, compile, args.precision, device), device,
                           args.steps, args.warmup)

@@ -365,5 +365,8 @@ def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Fle
 def compiled_flex_attention() -> Callable:
     """``flex_attention`` compiled on its own, for eager models on a GPU: uncompiled, it runs a reference
     implementation that materialises every score, the very thing the fused kernel exists to avoid. (Inside
-    a compiled model, and on the CPU, where only the forward runs, the plain function is used.)"""
-    return torch.compile(flex_attention)
+    a compiled model, and on the CPU, where only the forward runs, the plain function is used.) Static
+    shapes, as everywhere t2t compiles: with dynamic ones, the second length seen (the decoder's after the
+    encoder's) made the lengths symbolic, and torch 2.11 then failed to lower the gradient of a score_mod
+    that captures them (T5's distance table, ``T5Stack.flex_self_attention_bias``) on an H100."""
+    return torch.compile(flex_attention, dynamic=False)
