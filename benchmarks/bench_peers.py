@@ -13,15 +13,17 @@ converter); the three models' logits are checked to agree. Workloads, on full ro
   train    forward, mean token cross-entropy, backward and a fused AdamW step at 8 × 128→16 and 4 × 512→114
   greedy   greedy decoding of 32 tokens (EOS suppressed, so equal work) for 32 × 128 inputs, outputs checked
            to be identical
-each eager and under ``torch.compile``: the whole encoder; the forward pass and loss of a training step (t2t
-as ``compile: true`` does it); decoding as each library's users compile it (t2t ``compile=True``,
-transformers a static cache with ``generate``'s compilation). nai-t5's cached decoding step slices its cache
-to the current length, a new shape every step, so its compiled decoding is not measured. Models alternate,
-order swapped every repetition; the median wall time is reported with each one's speed relative to
-transformers' eager time, and against this machine: for the encoder and training, the share of the matmul
-rate (FLOPs counted as ``bench_model`` counts them, over the best 2048³ rate measured at the start and after
-each workload), for greedy decoding the time over its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse, as t2t's commands do (``t2t.allocator``,
-for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults). Results: JSON in --out.
+each eager and under ``torch.compile``: the whole encoder; the forward pass and loss of a training step (t2t as
+``compile: true`` does it); decoding as each library's users compile it (t2t ``compile=True``, transformers a
+static cache with ``generate``'s compilation). nai-t5's cached decoding step slices its cache to the current
+length, a new shape every step, so its compiled decoding is not measured. Models alternate, order swapped every
+repetition; the median wall time is reported with each one's speed relative to transformers' eager time, and
+against this machine: for the encoder and training, the share of the matmul rate (FLOPs counted as
+``bench_model`` counts them, over the best 2048³ rate measured at the start and after each workload), for greedy
+decoding the time over its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse,
+as t2t's commands do (``t2t.allocator``, for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults).
+For each eager training step, the ops it dispatches are counted too (``ops``): at these sizes a GPU step is
+bound by kernel launches. Results: JSON in --out.
 
 nai-t5 1.0.10 needs two things its own code does not do here, both applied below: the tied output layer of
 T5 1.0 scaled by d_model^-0.5 (its converter copies the embedding unscaled), and a greedy loop over its
@@ -31,6 +33,7 @@ decoder with the KV cache (``make_bound_forward`` passes its decoder an argument
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import time
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from bench_model import (decode_fn, decoding_floor_s, encoder_flops, matmul_gflops, read_gbps,  # benchmarks/
                          training_flops)
 
@@ -176,6 +180,30 @@ def measure(variants: dict, reps: int, device: torch.device, precision: str) -> 
     return {name: statistics.median(t) for name, t in times.items()}, outputs
 
 
+class OpCount(TorchDispatchMode):
+    """The aten (and custom) ops dispatched, views and allocations left out: what launches a kernel on a GPU."""
+    FREE = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "select", "unsqueeze", "squeeze", "permute",
+            "as_strided", "detach", "alias", "reshape", "unbind", "split", "split_with_sizes", "lift_fresh", "empty",
+            "empty_like", "new_empty"}
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in self.FREE:
+            self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_call(fn, precision: str, device: torch.device) -> dict:
+    """Ops one eager call dispatches, in all and as matrix products (t2t's oneDNN products included)."""
+    with OpCount() as count, autocast(precision, device):
+        fn()
+    products = ("mm", "addmm", "onednn_linear", "linear_without_grad")
+    return {"ops": sum(count.ops.values()), "matrix_products": sum(count.ops[name] for name in products)}
+
+
 def check_agreement(models: dict, device: torch.device) -> None:
     g = torch.Generator().manual_seed(1)
     enc, dec = (torch.randint(2, 32000, (2, n), generator=g).to(device) for n in (16, 5))
@@ -220,6 +248,10 @@ def main() -> None:
                         for name, fn in builders[workload](models, *shape, mode == "compiled").items()}
             with torch.no_grad() if workload != "train" else torch.enable_grad():
                 medians, outputs = measure(variants, args.reps, device, args.precision)
+            if workload == "train":  # at these sizes a GPU step is bound by launches: count them
+                for name in (n for n in variants if n.endswith("eager")):
+                    results.setdefault("ops", {})[f"{key} {name}"] = ops_per_call(variants[name], args.precision,
+                                                                                  device)
             base = medians["transformers eager"]
             results["workloads"][key] = {name: {"median_s": t, "speed_vs_transformers_eager": base / t}
                                          for name, t in medians.items()}
@@ -236,7 +268,9 @@ def main() -> None:
             for name, t in medians.items():
                 machine = "".join(f"  {k} {v:.2f}" for k, v in results["workloads"][key][name].items()
                                   if k in ("share_of_matmul_rate", "over_floor"))
-                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×{machine}", flush=True)
+                ops = results.get("ops", {}).get(f"{key} {name}")
+                ops = f"  ops {ops['ops']} (matrix products {ops['matrix_products']})" if ops else ""
+                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×{machine}{ops}", flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
 
