@@ -262,8 +262,8 @@ def main() -> None:
                         workload, shape, t, results["matmul_gflops"], results["read_gbps"], cfg)
             if workload == "greedy":
                 reference = outputs["transformers eager"]
-                same = all(torch.equal(out, reference) for out in outputs.values())
-                results["workloads"][key]["identical_outputs"] = same
+                differing = [name for name, out in outputs.items() if not torch.equal(out, reference)]
+                results["workloads"][key] |= {"identical_outputs": not differing, "differing_outputs": differing}
             print(f"{key} ({args.preset}, {args.precision}, {args.device}):")
             for name, t in medians.items():
                 machine = "".join(f"  {k} {v:.2f}" for k, v in results["workloads"][key][name].items()
