@@ -167,8 +167,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # same math, one fused op
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.weight.dtype == torch.float32:  # the same fp32 math as below, bf16 activations too (autocast)
+            # one op where torch fuses it (CUDA, forward and backward), where the lines below are some twenty
+            return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps)
         variance = x.float().pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
         if self.weight.dtype in (torch.float16, torch.bfloat16):  # half-precision weights: multiply in their dtype

@@ -207,6 +207,22 @@ def test_dropout_only_in_training():
     assert torch.equal(model(enc, dec), model(enc, dec))
 
 
+def test_layer_norm_of_bf16_activations_is_the_fp32_math_of_t5():
+    """Under bf16 autocast the norm's input is bf16 and its weight fp32: variance, scaling and output in fp32,
+    as transformers' T5LayerNorm computes them, whether or not torch fuses the op."""
+    from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+    torch.manual_seed(0)
+    ours, theirs = T5(ModelConfig(**TINY)).encoder.final_layer_norm, T5LayerNorm(TINY["d_model"])
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        theirs.weight.copy_(ours.weight)
+    x = (torch.randn(3, 5, TINY["d_model"]) * 40).bfloat16()  # T5's residual stream grows large
+    out = ours(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, theirs(x), rtol=1.3e-6, atol=1e-5)  # fp32: only the summation order may differ
+
+
 def test_runs_under_autocast_and_half():
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
