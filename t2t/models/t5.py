@@ -168,7 +168,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight.dtype == torch.float32:  # the same fp32 math as below, bf16 activations too (autocast)
-            # one op where torch fuses it (CUDA, forward and backward), where the lines below are some twenty
+            # on CUDA one fused kernel forward and one backward, where the lines below are some twenty ops
             return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps)
         variance = x.float().pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
