@@ -83,7 +83,7 @@ def linear_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     oneDNN's packed tensors as inputs)."""
     if _packed is not None and x.numel():
         return _onednn_product(x, _packed_weight(weight, x))
-    return onednn_linear(x, weight) if ONEDNN_UNPACKED else F.linear(x, weight)
+    return _by_plain_weight(x, weight)
 
 
 @onednn_linear.register_fake
@@ -128,6 +128,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.linear(x, weight)
     if not torch.is_grad_enabled():
         return linear_without_grad(x, weight)
+    return _by_plain_weight(x, weight)
+
+
+def _by_plain_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` (fp32, CPU) on this CPU's faster kernel for unpacked weights (``ONEDNN_UNPACKED``)."""
     return onednn_linear(x, weight) if ONEDNN_UNPACKED else F.linear(x, weight)
 
 
