@@ -452,7 +452,12 @@ def _cross_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 class DecoderCache:
     """State for incremental decoding: per decoder layer, self-attention keys/values preallocated to
     ``max_len`` (written in place, never concatenated) and, for encoder-decoders, cross-attention
-    keys/values computed once."""
+    keys/values computed once.
+
+    One buffer a layer rather than one for the whole stack: a compiled step that writes into views of a
+    single [L, 2, B, H, max_len, d_kv] buffer is functionalized into copies of all of it, where separate
+    buffers are written in place (t5-small's 6 layers at 32 × 32 positions: 53 ms against 0.38 ms a step
+    for the writes alone, torch 2.13 CPU)."""
 
     def __init__(self, self_k, self_v, self_bias_table, cross_k=(), cross_v=(), cross_bias=None, key_valid=None):
         self.self_k, self.self_v = self_k, self_v          # lists of [B, H, max_len, d_kv]
