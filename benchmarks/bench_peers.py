@@ -5,6 +5,7 @@ Run by hand (never a test), with nai-t5 installed (``pip install nai-t5``):
 
     python benchmarks/bench_peers.py [--preset t5-small|t5.1.1-small] [--device cpu|cuda]
                                      [--precision fp32|bf16] [--reps 5] [--workloads encoder train greedy]
+                                     [--fused-projections]
 
 A random t5-small (T5 1.0: ReLU, tied output layer) or t5.1.1-small (gated GELU, separate output layer),
 dropout 0, built by transformers is copied into t2t (through t2t's key map) and into nai-t5 (through its own
@@ -23,7 +24,9 @@ against this machine: for the encoder and training, the share of the matmul rate
 decoding the time over its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse,
 as t2t's commands do (``t2t.allocator``, for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults).
 For each eager training step, the ops it dispatches are counted too (``ops``): at these sizes a GPU step is
-bound by kernel launches. Results: JSON in --out.
+bound by kernel launches. ``--fused-projections`` adds "t2t fused" to the encoder and training workloads: t2t
+multiplying by q|k|v (and cross-attention's k|v) concatenated at every call, as nai-t5 stores them, an experiment
+the library does not ship until it measures faster (``fuse_projections``). Results: JSON in --out.
 
 nai-t5 1.0.10 needs two things its own code does not do here, both applied below: the tied output layer of
 T5 1.0 scaled by d_model^-0.5 (its converter copies the embedding unscaled), and a greedy loop over its
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import json
 import statistics
 import time
@@ -47,8 +51,8 @@ from bench_model import (decode_fn, decoding_floor_s, encoder_flops, matmul_gflo
 
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
-from t2t.models.kernels import autocast
-from t2t.models.t5 import T5, ModelConfig
+from t2t.models.kernels import autocast, linear
+from t2t.models.t5 import T5, Attention, ModelConfig
 
 PRESETS = {
     "t5-small": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
@@ -81,10 +85,39 @@ def build(cfg: dict, device: torch.device) -> dict:
     return {"transformers": hf, "t2t": ours, "nai-t5": nai}
 
 
+def fuse_projections(model: T5) -> T5:
+    """``model`` with every attention sublayer multiplying by its q|k|v weights concatenated (self-attention)
+    or k|v (cross-attention keys and values), one product instead of three or two, the weights concatenated
+    at every call: nai-t5's products, t2t's parameters and checkpoint names. (t2t's decoding steps already
+    multiply by q|k|v concatenated once per decoding call.)"""
+
+    def forward(self, x, bias, kv=None):
+        h = self.layer_norm(x)
+        if kv is None:
+            q, k, v = self.project_qkv(h, self.qkv_weight())
+        else:
+            (k, v), q = kv, self.heads(self.q(h))
+        return x + self.dropout(self.attend(q, k, v, bias))
+
+    def keys_values(self, h):
+        B, S, _ = h.shape
+        kv = linear(h, torch.cat([self.k.weight, self.v.weight]))
+        return kv.view(B, S, 2, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, S, d_kv] each
+
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.forward, module.keys_values = forward.__get__(module), keys_values.__get__(module)
+    return model
+
+
+def t2t_models(models: dict) -> list[str]:
+    return [name for name, model in models.items() if isinstance(model, T5)]
+
+
 def logits(models: dict, enc: torch.Tensor, dec: torch.Tensor) -> dict:
     ones = torch.ones_like
     return {"transformers": lambda: models["transformers"](input_ids=enc, decoder_input_ids=dec).logits,
-            "t2t": lambda: models["t2t"](enc, dec),
+            **{name: (lambda m=models[name]: m(enc, dec)) for name in t2t_models(models)},
             "nai-t5": lambda: models["nai-t5"](enc, dec, encoder_input_mask=ones(enc, dtype=torch.bool),
                                                decoder_input_mask=ones(dec, dtype=torch.bool))}
 
@@ -93,8 +126,9 @@ def encoder_fns(models: dict, B: int, S: int, compiled: bool) -> dict:
     device = next(models["t2t"].parameters()).device
     ids = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(B * S)).to(device)
     mask = torch.ones_like(ids, dtype=torch.bool)
-    hf, ours, nai = models["transformers"], models["t2t"], models["nai-t5"]
-    fns = {"transformers": lambda x: hf.encoder(input_ids=x).last_hidden_state, "t2t": ours.encode,
+    hf, nai = models["transformers"], models["nai-t5"]
+    fns = {"transformers": lambda x: hf.encoder(input_ids=x).last_hidden_state,
+           **{name: models[name].encode for name in t2t_models(models)},
            "nai-t5": lambda x: nai.encoder(x, input_mask=mask)}
     return {name: (lambda fn=torch.compile(fn) if compiled else fn: fn(ids)) for name, fn in fns.items()}
 
@@ -108,18 +142,18 @@ def train_fns(models: dict, B: int, S: int, T: int, compiled: bool) -> dict:
                  decoder_loss_weights=torch.ones_like(tgt))
     forward = logits(models, enc, dec)
 
-    def ours_loss():
-        total, weight = models["t2t"].loss_sums(batch)
+    def ours_loss(model):
+        total, weight = model.loss_sums(batch)
         return total / weight
 
-    losses = {"t2t": ours_loss,
+    losses = {**{name: (lambda m=models[name]: ours_loss(m)) for name in t2t_models(models)},
               **{name: (lambda f=forward[name]: F.cross_entropy(f().flatten(0, 1), tgt.flatten()))
                  for name in ("transformers", "nai-t5")}}
     fns = {}
     for name, loss in losses.items():
         model = models[name].train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        loss = torch.compile(loss, fullgraph=name == "t2t", dynamic=False) if compiled else loss
+        loss = torch.compile(loss, fullgraph=isinstance(model, T5), dynamic=False) if compiled else loss
 
         def step(loss=loss, optimizer=optimizer):
             loss().backward()
@@ -210,7 +244,7 @@ def check_agreement(models: dict, device: torch.device) -> None:
     with torch.no_grad():
         out = {name: fn() for name, fn in logits({k: m.eval() for k, m in models.items()}, enc, dec).items()}
     scale = out["transformers"].abs().max().item()  # T5 1.1's logits reach the hundreds: fp32 rounding scales
-    for name in ("t2t", "nai-t5"):
+    for name in (name for name in out if name != "transformers"):
         torch.testing.assert_close(out[name], out["transformers"], rtol=1e-4, atol=1e-4 * max(1.0, scale), msg=name)
 
 
@@ -229,12 +263,16 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workloads", nargs="+", choices=SHAPES, default=list(SHAPES))
+    parser.add_argument("--fused-projections", action="store_true",
+                        help='add "t2t fused" (fuse_projections) to the encoder and training workloads')
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
     args = parser.parse_args()
     malloc = "kept" if keep_freed_memory() else "system"
     device = torch.device(args.device)
     cfg = PRESETS[args.preset]
     models = build(cfg, device)
+    if args.fused_projections:
+        models["t2t fused"] = fuse_projections(copy.deepcopy(models["t2t"]))
     check_agreement(models, device)
     results = {"preset": args.preset, "device": args.device, "precision": args.precision,
                "torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": malloc, "workloads": {}}

@@ -6,7 +6,7 @@
 #
 # tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
 # training and decoding, which use the GPU when there is one); bench: bench_peers.py (t5-small against
-# transformers and nai-t5, a few minutes), bench_precision.py and bench_gpu.py (t5.1.1-base at nanoT5's setting
+# transformers and nai-t5, and t2t with fused projections, a few minutes), bench_precision.py and bench_gpu.py (t5.1.1-base at nanoT5's setting
 # against transformers, the longest) on the GPU. Exit status 1 if any failed.
 set -uo pipefail
 out=${1:-benchmarks/results}
@@ -22,7 +22,7 @@ fi
 if [[ $what != tests ]]; then  # the quick ones first: leases of GPU time are often short
     if python -c "import nai_t5" 2>/dev/null; then
         python benchmarks/bench_peers.py --device cuda --precision bf16 --workloads train greedy encoder \
-            --out "$out/peers-cuda.json" || status=1
+            --fused-projections --out "$out/peers-cuda.json" || status=1
     else
         echo "nai-t5 is not installed: bench_peers.py skipped (pip install nai-t5)"
     fi
