@@ -247,9 +247,10 @@ class Packer:
         need = np.asarray([p.size for p in parts], dtype=np.int64)
         row = -1
         if self.converter.pack and self.rows_used:
-            fits = np.flatnonzero(np.all(self._used + need <= self.capacity, axis=1))
-            if fits.size:
-                row = int(fits[0])
+            fits = (self._used <= self.capacity - need).all(axis=1)
+            row = int(fits.argmax())  # the first row it fits in (first-fit), if any
+            if not fits[row]:
+                row = -1
         if row < 0:
             if self.batch_size is not None and self.rows_used >= self.batch_size:
                 return False

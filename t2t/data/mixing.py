@@ -151,12 +151,15 @@ class MixtureSampler:
         self.seed = int(seed)
         self.position = 0
         self.counters = {name: 0 for name in self.names}
+        self._last_task = (-1, "")  # (position, task): a batch asks for each position twice (peek, advance)
 
     def task_at(self, position: int) -> str:
         if len(self.names) == 1:
             return self.names[0]
-        u = position_uniform(self.seed, position)
-        return self.names[int(np.searchsorted(self.cumulative, u, side="right"))]
+        if self._last_task[0] != position:  # a seeded generator per position costs ~20 µs
+            u = position_uniform(self.seed, position)
+            self._last_task = position, self.names[int(np.searchsorted(self.cumulative, u, side="right"))]
+        return self._last_task[1]
 
     def next_task(self) -> tuple[str, int]:
         """``(task name, that task's draw counter)`` for the current position; then advance."""

@@ -164,9 +164,10 @@ def trim_and_append_eos(task: TokenizableTask, features: Mapping[str, Any], sequ
         ids = np.asarray(features[key], dtype=np.int64)
         length = int(sequence_length[key])
         if feature.add_eos:
-            if ids.size + 1 > length:
-                ids, trimmed = ids[:length - 1], True
-            ids = np.append(ids, eos_id(task, key, vocab))
+            n = min(ids.size, length - 1)
+            trimmed |= n < ids.size
+            ids, tail = np.empty(n + 1, np.int64), ids[:n]  # faster than np.append (a draw's hot path)
+            ids[:n], ids[n] = tail, eos_id(task, key, vocab)
         elif ids.size > length:
             ids, trimmed = ids[:length], True
         out[key] = ids
