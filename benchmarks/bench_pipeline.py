@@ -14,6 +14,11 @@ Measures, in one process on this machine's CPU:
    packed 512/128, batch 8.
 3. One t5-small training step (forward + loss + backward + Adafactor step) on a packed corpus batch, with
    ``t2t.models.t5.T5`` (``configs/models/t5-small.yaml``), at the same torch thread count.
+4. The GPU setting (``--gpu-steps``, 0 skips it): both pipelines at batch 128 × 512 (T5's and nanoT5's batch),
+   batches/s against the fastest t5.1.1-base step recorded on an H100 at that batch (``results/gpu-h100.json``),
+   and the wait for each batch in a loop of such steps with and without ``BatchesAhead`` (the training loop's
+   background thread). A sleep of the recorded step time stands in for the GPU step, which waits on the device
+   with the GIL released, as a step that synchronizes does.
 
 Writes ``benchmarks/results/pipeline.json``; the numbers are summarised in benchmarks/README.md.
 """
@@ -38,6 +43,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from t2t.data import tokenized
 from t2t.data.pipeline import build_train_batches
+from t2t.data.prefetch import BatchesAhead
 from t2t.data.vocab import load_vocabulary
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pipeline.json"
@@ -179,11 +185,59 @@ def bench_model_step(batch: dict, steps: int) -> dict:
             "params": sum(p.numel() for p in model.parameters())}
 
 
+def recorded_gpu_step() -> tuple[float, str]:
+    """The fastest t2t training step recorded by bench_gpu.py on an H100 (t5.1.1-base, 128 × 512→114, bf16)."""
+    recorded = json.loads((RESULTS.parent / "gpu-h100.json").read_text())
+    runs = [(run["seconds"], f"{variant}, {name}") for variant, by_run in recorded["train"].items()
+            if variant.startswith("t2t") for name, run in by_run.items() if "seconds" in run]
+    return min(runs)
+
+
+def waits_for_batches(make_batches, step_seconds: float, steps: int) -> dict:
+    """Median wait for the next batch in a loop of ``steps`` stand-in steps of ``step_seconds``, with the
+    batches made in the loop (ahead 0) and by ``BatchesAhead`` two ahead."""
+    out = {}
+    for depth in (0, 2):
+        batches = BatchesAhead(make_batches(), depth) if depth else make_batches()
+        batches.next_batch()  # warm-up (and the producer's start)
+        waits, start = [], time.perf_counter()
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            batches.next_batch()
+            waits.append(time.perf_counter() - t0)
+            time.sleep(step_seconds)
+        seconds = time.perf_counter() - start
+        if depth:
+            batches.close()
+        out[f"ahead_{depth}"] = {"median_wait_s": float(np.median(waits)), "steps_per_s": steps / seconds}
+    return out
+
+
+def bench_gpu_setting(vocab, data_dir, steps: int) -> dict:
+    """Pipelines at batch 128 × 512 against the recorded H100 step (see the module doc, 4)."""
+    step_seconds, source = recorded_gpu_step()
+    pipelines = {"corpus": ("corpus", 114, {}),
+                 "glue_v002_proportional": ("glue_v002_proportional", 128, {"skip_unavailable": True})}
+    result = {"gpu_step_s": step_seconds, "gpu_step": f"{source} (results/gpu-h100.json)"}
+    for name, (mixture, targets, extra) in pipelines.items():
+        def make_batches():
+            return build_train_batches(mixture, vocab=vocab, batch_size=128, input_length=512,
+                                       target_length=targets, pack=True, seed=0, data_dir=data_dir, **extra)
+
+        throughput = time_batches(make_batches(), steps)
+        result[name] = {"batch": f"128 x 512/{targets} packed", "throughput": throughput,
+                        "batches_per_gpu_step": throughput["batches_per_s"] * step_seconds,
+                        **waits_for_batches(make_batches, step_seconds, steps)}
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3, help="t5-small training steps to time")
     parser.add_argument("--batches", type=int, default=200, help="pipeline batches to time")
+    parser.add_argument("--gpu-steps", type=int, default=10,
+                        help="batches and stand-in steps at the GPU setting (4. in the module doc; 0 skips it)")
     parser.add_argument("--data-dir", default=os.environ.get("T2T_DATA_DIR"))
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -201,6 +255,10 @@ def main(argv=None) -> int:
     step = bench_model_step(batch, args.steps)
     print(json.dumps({k: v for k, v in step.items() if k != "all_step_seconds"}, indent=1), flush=True)
 
+    gpu = bench_gpu_setting(vocab, args.data_dir, args.gpu_steps) if args.gpu_steps else None
+    if gpu:
+        print(json.dumps(gpu, indent=1), flush=True)
+
     ratio = {
         "corpus_pipeline_batches_per_training_step": corpus["throughput"]["batches_per_s"] * step["seconds_per_step"],
         "glue_pipeline_batches_per_training_step": glue["throughput"]["batches_per_s"] * step["seconds_per_step"],
@@ -213,6 +271,7 @@ def main(argv=None) -> int:
                     "load_average_after": os.getloadavg(),
                     "note": "CPU only; cores shared with other jobs, so timings are noisy"},
         "corpus_span_corruption": corpus, "glue_mixture": glue, "t5_small_training_step": step, "ratio": ratio,
+        "gpu_setting": gpu,
         "target": "pipeline >= 10x the training step's consumption (batches/s)",
     }
     out = Path(args.out)
