@@ -6,8 +6,8 @@
 #
 # tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
 # training and decoding, which use the GPU when there is one); bench: bench_peers.py (t5-small against
-# transformers and nai-t5, and t2t with fused projections, a few minutes), bench_precision.py and bench_gpu.py (t5.1.1-base at nanoT5's setting
-# against transformers, the longest) on the GPU. Exit status 1 if any failed.
+# transformers and nai-t5, and t2t with fused projections, a few minutes), bench_precision.py and bench_gpu.py
+# (t5.1.1-base at nanoT5's setting against transformers, the longest) on the GPU. Exit status 1 if any failed.
 set -uo pipefail
 out=${1:-benchmarks/results}
 what=${2:-all}
