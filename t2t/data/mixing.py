@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from t2t.data.batched_rng import first_uniforms
 from t2t.errors import T2TError
 
 
@@ -125,6 +126,11 @@ def position_uniform(seed: int, position: int) -> float:
     return float(np.random.default_rng([_MIX, int(seed), int(position)]).random())
 
 
+def position_uniforms(seed: int, start: int, count: int) -> np.ndarray:
+    """``position_uniform`` of positions ``start … start + count - 1``, computed together (bit for bit)."""
+    return first_uniforms([_MIX, int(seed)], np.arange(start, start + count, dtype=np.int64))
+
+
 def epoch_permutation(seed: int, task_name: str, epoch: int, n: int) -> np.ndarray:
     """The order in which a task's ``n`` examples are drawn in ``epoch``."""
     return np.random.default_rng([_PERM, int(seed), stable_hash(task_name), int(epoch)]).permutation(n)
@@ -140,8 +146,11 @@ class MixtureSampler:
 
     ``next_task()`` returns the task name for the current position and advances; ``counters[name]`` counts
     that task's draws before the current position. ``state_dict()`` / ``load_state_dict()`` save and restore
-    both. With one task the draw is skipped (every position belongs to it).
+    both. With one task the draw is skipped (every position belongs to it). Tasks are drawn for a block of
+    ``BLOCK`` positions at once (``position_uniforms``), the same draws as one at a time.
     """
+
+    BLOCK = 1024
 
     def __init__(self, rates: Mapping[str, float], seed: int = 0):
         self.probabilities = normalize_rates(rates)
@@ -151,15 +160,16 @@ class MixtureSampler:
         self.seed = int(seed)
         self.position = 0
         self.counters = {name: 0 for name in self.names}
-        self._last_task = (-1, "")  # (position, task): a batch asks for each position twice (peek, advance)
+        self._block_start, self._block_tasks = -1, np.zeros(0, np.int64)  # task indices of one block
 
     def task_at(self, position: int) -> str:
         if len(self.names) == 1:
             return self.names[0]
-        if self._last_task[0] != position:  # a seeded generator per position costs ~20 µs
-            u = position_uniform(self.seed, position)
-            self._last_task = position, self.names[int(np.searchsorted(self.cumulative, u, side="right"))]
-        return self._last_task[1]
+        start = position - position % self.BLOCK
+        if start != self._block_start:
+            uniforms = position_uniforms(self.seed, start, self.BLOCK)
+            self._block_start, self._block_tasks = start, np.searchsorted(self.cumulative, uniforms, side="right")
+        return self.names[self._block_tasks[position - start]]
 
     def next_task(self) -> tuple[str, int]:
         """``(task name, that task's draw counter)`` for the current position; then advance."""
