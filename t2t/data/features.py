@@ -227,41 +227,47 @@ class Packer:
                            f"rows per batch.")
         self.converter = converter
         self.batch_size = None if batch_size is None else int(batch_size)
-        self.capacity = np.asarray(converter.lengths(), dtype=np.int64)
+        self.capacity = tuple(int(n) for n in converter.lengths())
         self._reset()
 
     def _reset(self) -> None:
-        self._used = np.zeros((0, len(self.capacity)), dtype=np.int64)  # [rows, streams] tokens used
+        self.rows_used = 0
+        # tokens used in each row, one array per stream (columns apart: two 1-d compares beat one 2-d reduce)
+        self._used = [np.zeros(self.batch_size or 16, dtype=np.int64) for _ in self.capacity]
         self._placed: list[tuple[int, tuple[int, ...], tuple[np.ndarray, ...], Example]] = []
-        self._segments: list[int] = []  # examples per row so far
 
     def __len__(self) -> int:
         return len(self._placed)
 
-    @property
-    def rows_used(self) -> int:
-        return self._used.shape[0]
-
     def add(self, example: Example) -> bool:
         parts = self.converter.parts(example)
-        need = np.asarray([p.size for p in parts], dtype=np.int64)
-        row = -1
-        if self.converter.pack and self.rows_used:
-            fits = (self._used <= self.capacity - need).all(axis=1)
-            row = int(fits.argmax())  # the first row it fits in (first-fit), if any
-            if not fits[row]:
-                row = -1
+        row = self._first_fit([p.size for p in parts]) if self.converter.pack else -1
         if row < 0:
             if self.batch_size is not None and self.rows_used >= self.batch_size:
                 return False
-            row = self.rows_used
-            self._used = np.concatenate([self._used, np.zeros((1, len(self.capacity)), dtype=np.int64)])
-            self._segments.append(0)
-        starts = tuple(int(x) for x in self._used[row])
-        self._used[row] += need
-        self._segments[row] += 1
+            row = self._new_row()
+        starts = tuple(int(used[row]) for used in self._used)
+        for used, part in zip(self._used, parts):
+            used[row] += part.size
         self._placed.append((row, starts, parts, example))
         return True
+
+    def _first_fit(self, sizes: list[int]) -> int:
+        """The first row with room for ``sizes`` tokens in every stream, or -1."""
+        if not self.rows_used:
+            return -1
+        fits = None
+        for used, capacity, size in zip(self._used, self.capacity, sizes):
+            room = used[:self.rows_used] <= capacity - size
+            fits = room if fits is None else fits & room
+        row = int(fits.argmax())
+        return row if fits[row] else -1
+
+    def _new_row(self) -> int:
+        if self.rows_used == self._used[0].size:  # only without a batch size: grow
+            self._used = [np.concatenate([used, np.zeros_like(used)]) for used in self._used]
+        self.rows_used += 1
+        return self.rows_used - 1
 
     def flush(self) -> dict[str, torch.Tensor]:
         """The batch so far (padded to ``batch_size`` rows) as ``torch.LongTensor``s; the packer is emptied."""

@@ -161,14 +161,14 @@ def trim_and_append_eos(task: TokenizableTask, features: Mapping[str, Any], sequ
                                f"make them return it.")
             out[key] = np.zeros(0, np.int64)
             continue
-        ids = np.asarray(features[key], dtype=np.int64)
+        ids = np.asarray(features[key])
         length = int(sequence_length[key])
-        if feature.add_eos:
+        if feature.add_eos:  # one int64 copy of what is kept, EOS written after it (a draw's hot path)
             n = min(ids.size, length - 1)
             trimmed |= n < ids.size
-            ids, tail = np.empty(n + 1, np.int64), ids[:n]  # faster than np.append (a draw's hot path)
-            ids[:n], ids[n] = tail, eos_id(task, key, vocab)
-        elif ids.size > length:
-            ids, trimmed = ids[:length], True
-        out[key] = ids
+            out[key] = np.empty(n + 1, np.int64)
+            out[key][:n], out[key][n] = ids[:n], eos_id(task, key, vocab)
+        else:
+            trimmed |= ids.size > length
+            out[key] = ids[:length].astype(np.int64)
     return out, trimmed

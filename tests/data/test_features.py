@@ -90,6 +90,10 @@ def test_batch_size_none_uses_as_many_rows_as_needed():
     assert out["encoder_input_tokens"].shape == (3, 5)
     out = EncDecFeatureConverter(10, 7, pack=True).convert([A, B])
     assert out["encoder_input_tokens"].shape == (1, 10)
+    # past the packer's first allocation of 16 rows: each pair A, B still shares one row
+    out = EncDecFeatureConverter(10, 7, pack=True).convert([A, B] * 30)
+    assert out["encoder_input_tokens"].shape == (30, 10)
+    assert out["encoder_segment_ids"][29].tolist() == [1] * 4 + [2] * 5 + [0]
 
 
 def test_decoder_only_lm_concatenates_and_weights_everything():
