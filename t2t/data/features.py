@@ -20,13 +20,15 @@ example (0 = padding), positions restart at 0, and the shift restarts with the s
 
 Streaming, resumable batches use ``Packer``: ``add(example)`` places an example or returns False without
 changing anything when it does not fit, so the caller can emit the batch, remember the stream position of
-the held-back example, and start the next batch with it. Packing is numpy slicing per example, never a
-Python loop per token.
+the held-back example, and start the next batch with it. ``add`` places an example (first fit, a numpy compare
+over the rows); ``flush`` writes all of them into the batch's arrays at once (``fill``: numpy scatters over every
+token of the batch, never a Python loop per token or per example).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -74,8 +76,8 @@ class FeatureConverter:
         """The (truncated) token arrays this example puts into each stream."""
         raise NotImplementedError
 
-    def fill(self, arrays: dict[str, np.ndarray], row: int, starts: tuple[int, ...], segment: int,
-             parts: tuple[np.ndarray, ...], example: Example) -> None:
+    def fill(self, arrays: dict[str, np.ndarray], placed: "Placed") -> None:
+        """Write every placed example into the batch's ``arrays`` (numpy over the whole batch at once)."""
         raise NotImplementedError
 
     def allocate(self, rows: int) -> dict[str, np.ndarray]:
@@ -97,17 +99,70 @@ class FeatureConverter:
         return packer.flush()
 
 
-def _fill_decoder_inputs(arrays: dict, row: int, start: int, sequence: np.ndarray, pack: bool, start_id: int) -> None:
-    """Decoder inputs for one example at ``start``: packed rows restart the shift (``start_id`` first) per
-    example; unpacked rows shift the whole target row right behind ``start_id``, so EOS lands on the first
-    padding slot."""
-    dec_in = arrays["decoder_input_tokens"][row]
+class Tokens(NamedTuple):
+    """One stream's tokens of a whole batch, concatenated in placement order, and where each one goes."""
+
+    values: np.ndarray
+    row: np.ndarray
+    column: np.ndarray
+    position: np.ndarray  # within its example
+    example: np.ndarray  # index into the placed examples
+
+    def last_of_example(self) -> np.ndarray:
+        """Whether each token is its example's last."""
+        last = np.ones(self.example.size, dtype=bool)
+        last[:-1] = self.example[1:] != self.example[:-1]
+        return last
+
+
+class Placed:
+    """Where a batch's examples went: row, segment number (1, 2, … within the row) and start in each stream."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.segments: list[int] = []
+        self.starts: list[tuple[int, ...]] = []
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.examples: list[Example] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def append(self, row: int, segment: int, starts: tuple[int, ...], parts: tuple[np.ndarray, ...],
+               example: Example) -> None:
+        self.rows.append(row)
+        self.segments.append(segment)
+        self.starts.append(starts)
+        self.parts.append(parts)
+        self.examples.append(example)
+
+    def tokens(self, stream: int) -> Tokens:
+        parts = [p[stream] for p in self.parts]
+        sizes = np.fromiter((p.size for p in parts), np.int64, len(parts))
+        example = np.repeat(np.arange(len(parts)), sizes)
+        position = np.arange(example.size) - (np.cumsum(sizes) - sizes)[example]
+        starts = np.fromiter((s[stream] for s in self.starts), np.int64, len(parts))
+        values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return Tokens(values, np.asarray(self.rows, np.int64)[example], starts[example] + position, position, example)
+
+
+def _fill_decoder_inputs(arrays: dict, tokens: Tokens, placed: Placed, pack: bool, start_id: int) -> None:
+    """Decoder inputs: each example's tokens shifted right behind ``start_id`` (packed rows restart the shift
+    per example); an unpacked row shifts as a whole, so its last token (EOS) lands on the first padding slot."""
+    dec_in = arrays["decoder_input_tokens"]
+    shifted = np.empty_like(tokens.values)
+    shifted[1:] = tokens.values[:-1]
+    shifted[tokens.position == 0] = start_id
+    dec_in[tokens.row, tokens.column] = shifted
     if not pack:
-        dec_in[0] = start_id
-        dec_in[1:] = arrays["decoder_target_tokens"][row][:-1]
-    elif sequence.size:
-        dec_in[start] = start_id
-        dec_in[start + 1:start + sequence.size] = sequence[:-1]
+        dec_in[placed.rows, 0] = start_id  # also in a row whose example is empty
+        spill = tokens.last_of_example() & (tokens.column + 1 < dec_in.shape[1])
+        dec_in[tokens.row[spill], tokens.column[spill] + 1] = tokens.values[spill]
+
+
+def _fill_segments(arrays: dict, stream: str, tokens: Tokens, placed: Placed) -> None:
+    arrays[f"{stream}_segment_ids"][tokens.row, tokens.column] = np.asarray(placed.segments, np.int64)[tokens.example]
+    arrays[f"{stream}_positions"][tokens.row, tokens.column] = tokens.position
 
 
 class EncDecFeatureConverter(FeatureConverter):
@@ -124,18 +179,15 @@ class EncDecFeatureConverter(FeatureConverter):
         keys = ENC_DEC_KEYS + (PACKED_ENC_DEC_KEYS if self.pack else ())
         return {k: np.zeros((rows, s if k.startswith("encoder") else t), dtype=np.int64) for k in keys}
 
-    def fill(self, arrays, row, starts, segment, parts, example) -> None:
-        (inputs, targets), (e0, d0) = parts, starts
-        e1, d1 = e0 + inputs.size, d0 + targets.size
-        arrays["encoder_input_tokens"][row, e0:e1] = inputs
-        arrays["decoder_target_tokens"][row, d0:d1] = targets
-        arrays["decoder_loss_weights"][row, d0:d1] = 1
-        _fill_decoder_inputs(arrays, row, d0, targets, self.pack, self.start_id)
+    def fill(self, arrays, placed) -> None:
+        inputs, targets = placed.tokens(0), placed.tokens(1)
+        arrays["encoder_input_tokens"][inputs.row, inputs.column] = inputs.values
+        arrays["decoder_target_tokens"][targets.row, targets.column] = targets.values
+        arrays["decoder_loss_weights"][targets.row, targets.column] = 1
+        _fill_decoder_inputs(arrays, targets, placed, self.pack, self.start_id)
         if self.pack:
-            arrays["encoder_segment_ids"][row, e0:e1] = segment
-            arrays["decoder_segment_ids"][row, d0:d1] = segment
-            arrays["encoder_positions"][row, e0:e1] = np.arange(inputs.size)
-            arrays["decoder_positions"][row, d0:d1] = np.arange(targets.size)
+            _fill_segments(arrays, "encoder", inputs, placed)
+            _fill_segments(arrays, "decoder", targets, placed)
 
 
 class DecoderOnlyLMFeatureConverter(FeatureConverter):
@@ -160,23 +212,27 @@ class DecoderOnlyLMFeatureConverter(FeatureConverter):
             keys += ["decoder_segment_ids", "decoder_positions"]
         return {k: np.zeros((rows, self.lengths()[0]), dtype=np.int64) for k in keys}
 
-    def fill(self, arrays, row, starts, segment, parts, example) -> None:
-        (sequence,), (d0,) = parts, starts
-        d1 = d0 + sequence.size
-        arrays["decoder_target_tokens"][row, d0:d1] = sequence
+    def fill(self, arrays, placed) -> None:
+        tokens = placed.tokens(0)
+        arrays["decoder_target_tokens"][tokens.row, tokens.column] = tokens.values
         if self.loss_on_targets_only:
-            n_inputs = min(_ids(example, "inputs").size, self.input_length)
-            arrays["decoder_loss_weights"][row, d0 + n_inputs:d1] = 1
+            n_inputs = np.array([min(_ids(example, "inputs").size, self.input_length) for example in placed.examples],
+                                dtype=np.int64)
+            target = tokens.position >= n_inputs[tokens.example]
+            arrays["decoder_loss_weights"][tokens.row[target], tokens.column[target]] = 1
             # the prefix: every position whose input token is an input token, i.e. n_inputs + 1 positions
-            # (seqio); packed rows stop at the example's end.
-            end = min(d0 + n_inputs + 1, d1 if self.pack else arrays["decoder_causal_attention"].shape[1])
-            arrays["decoder_causal_attention"][row, d0:end] = 1
+            # (seqio); packed rows stop at the example's end, an unpacked row's prefix may reach into padding.
+            causal = arrays["decoder_causal_attention"]
+            if self.pack:
+                prefix = tokens.position <= n_inputs[tokens.example]
+                causal[tokens.row[prefix], tokens.column[prefix]] = 1
+            else:
+                causal[placed.rows] = np.arange(causal.shape[1]) <= n_inputs[:, None]
         else:
-            arrays["decoder_loss_weights"][row, d0:d1] = 1
-        _fill_decoder_inputs(arrays, row, d0, sequence, self.pack, self.start_id)
+            arrays["decoder_loss_weights"][tokens.row, tokens.column] = 1
+        _fill_decoder_inputs(arrays, tokens, placed, self.pack, self.start_id)
         if self.pack:
-            arrays["decoder_segment_ids"][row, d0:d1] = segment
-            arrays["decoder_positions"][row, d0:d1] = np.arange(sequence.size)
+            _fill_segments(arrays, "decoder", tokens, placed)
 
 
 class PrefixLMFeatureConverter(DecoderOnlyLMFeatureConverter):
@@ -234,7 +290,8 @@ class Packer:
         self.rows_used = 0
         # tokens used in each row, one array per stream (columns apart: two 1-d compares beat one 2-d reduce)
         self._used = [np.zeros(self.batch_size or 16, dtype=np.int64) for _ in self.capacity]
-        self._placed: list[tuple[int, tuple[int, ...], tuple[np.ndarray, ...], Example]] = []
+        self._examples_in_row: list[int] = []
+        self._placed = Placed()
 
     def __len__(self) -> int:
         return len(self._placed)
@@ -249,7 +306,8 @@ class Packer:
         starts = tuple(int(used[row]) for used in self._used)
         for used, part in zip(self._used, parts):
             used[row] += part.size
-        self._placed.append((row, starts, parts, example))
+        self._examples_in_row[row] += 1
+        self._placed.append(row, self._examples_in_row[row], starts, parts, example)
         return True
 
     def _first_fit(self, sizes: list[int]) -> int:
@@ -267,15 +325,14 @@ class Packer:
         if self.rows_used == self._used[0].size:  # only without a batch size: grow
             self._used = [np.concatenate([used, np.zeros_like(used)]) for used in self._used]
         self.rows_used += 1
+        self._examples_in_row.append(0)
         return self.rows_used - 1
 
     def flush(self) -> dict[str, torch.Tensor]:
         """The batch so far (padded to ``batch_size`` rows) as ``torch.LongTensor``s; the packer is emptied."""
         rows = self.batch_size if self.batch_size is not None else max(self.rows_used, 1)
         arrays = self.converter.allocate(rows)
-        segment = [0] * rows
-        for row, starts, parts, example in self._placed:
-            segment[row] += 1
-            self.converter.fill(arrays, row, starts, segment[row], parts, example)
+        if len(self._placed):
+            self.converter.fill(arrays, self._placed)
         self._reset()
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
