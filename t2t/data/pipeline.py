@@ -343,16 +343,17 @@ def build_train_batches(name: str, *, vocab, batch_size: int, input_length: int,
                         decoder_start_id: int = 0) -> TrainBatches:
     """The trainer's data: an endless iterable of model-feature batches of ``batch_size // world_size`` rows.
 
-    Deterministic in ``seed``; ``state_dict()`` / ``load_state_dict()`` resume exactly (also when packing:
-    the state points at the example held back for the next batch). Packing comes before sharding, as in T5:
-    every rank packs the same global batch of ``batch_size`` rows from the global example stream and takes
-    rows ``r, r+W, …`` of it, so W processes see exactly the rows of one (each rank does the whole batch's
-    pipeline work, which is small beside a training step: benchmarks/README.md). Mixture members whose
-    data cannot be found are an error listing them all, or with ``skip_unavailable`` are dropped with a
-    warning and the rates renormalised. ``max_tokens`` trains on a fixed prefix of each task's data,
-    repeated (T5 §3.4.2; see ``TaskStream``). ``mixing_maximum`` (K) and ``mixing_temperature`` (T) set
-    §3.5.2's limit and temperature of a mixture's examples-proportional rates. ``decoder_start_id`` is the
-    model's (``ModelConfig.decoder_start_id``, 0 in T5), the first decoder input of every example.
+    Deterministic in ``seed``; ``state_dict()`` / ``load_state_dict()`` resume exactly (also when packing: the
+    state points at the example held back for the next batch). Packing comes before sharding, as in T5: every
+    rank packs the same global batch of ``batch_size`` rows from the global example stream and takes rows
+    ``r, r+W, …`` of it, so W processes see exactly the rows of one. Each rank does the whole batch's pipeline work:
+    one core packs ~1.8 GLUE or ~4 span-corruption batches of 128 × 512 in an H100 step at that batch
+    (benchmarks/README.md), so ranks whose steps are shorter than that wait on packing. Mixture members whose
+    data cannot be found are an error listing them all, or with ``skip_unavailable`` are dropped with a warning
+    and the rates renormalised. ``max_tokens`` trains on a fixed prefix of each task's data, repeated (T5
+    §3.4.2; see ``TaskStream``). ``mixing_maximum`` (K) and ``mixing_temperature`` (T) set §3.5.2's limit and
+    temperature of a mixture's examples-proportional rates. ``decoder_start_id`` is the model's
+    (``ModelConfig.decoder_start_id``, 0 in T5), the first decoder input of every example.
     """
     return TrainBatches(name, vocab=vocab, batch_size=batch_size, input_length=input_length,
                         target_length=target_length, pack=pack, seed=seed, data_dir=data_dir, rank=rank,
