@@ -17,8 +17,9 @@ Measures, in one process on this machine's CPU:
 4. The GPU setting (``--gpu-steps``, 0 skips it): both pipelines at batch 128 × 512 (T5's and nanoT5's batch),
    batches/s against the fastest t5.1.1-base step recorded on an H100 at that batch (``results/gpu-h100.json``),
    and the wait for each batch in a loop of such steps with and without ``BatchesAhead`` (the training loop's
-   background thread). A sleep of the recorded step time stands in for the GPU step, which waits on the device
-   with the GIL released, as a step that synchronizes does.
+   background thread). Two stand-ins of the recorded step time take the GPU step's place: a sleep (a step that
+   waits on the device with the GIL released), and half a busy Python loop, half a sleep (a step whose eager
+   kernel launches hold the GIL, against which the producer thread competes).
 
 Writes ``benchmarks/results/pipeline.json``; the numbers are summarised in benchmarks/README.md.
 """
@@ -193,23 +194,39 @@ def recorded_gpu_step() -> tuple[float, str]:
     return min(runs)
 
 
+def sleep_step(seconds: float) -> None:
+    """A GPU step that waits on the device: the GIL is free the whole time."""
+    time.sleep(seconds)
+
+
+def half_python_step(seconds: float) -> None:
+    """A GPU step that launches its kernels eagerly: Python holds the GIL for the first half, then waits."""
+    end = time.perf_counter() + seconds / 2
+    while time.perf_counter() < end:
+        pass
+    time.sleep(seconds / 2)
+
+
 def waits_for_batches(make_batches, step_seconds: float, steps: int) -> dict:
-    """Median wait for the next batch in a loop of ``steps`` stand-in steps of ``step_seconds``, with the
-    batches made in the loop (ahead 0) and by ``BatchesAhead`` two ahead."""
+    """Median wait for the next batch, and steps/s, in a loop of ``steps`` stand-in steps of ``step_seconds``
+    (``sleep_step`` and ``half_python_step``), with the batches made in the loop (ahead 0) and by
+    ``BatchesAhead`` two ahead, whose thread competes for the GIL with a step that holds it."""
     out = {}
-    for depth in (0, 2):
-        batches = BatchesAhead(make_batches(), depth) if depth else make_batches()
-        batches.next_batch()  # warm-up (and the producer's start)
-        waits, start = [], time.perf_counter()
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            batches.next_batch()
-            waits.append(time.perf_counter() - t0)
-            time.sleep(step_seconds)
-        seconds = time.perf_counter() - start
-        if depth:
-            batches.close()
-        out[f"ahead_{depth}"] = {"median_wait_s": float(np.median(waits)), "steps_per_s": steps / seconds}
+    for stand_in in (sleep_step, half_python_step):
+        for depth in (0, 2):
+            batches = BatchesAhead(make_batches(), depth) if depth else make_batches()
+            batches.next_batch()  # warm-up (and the producer's start)
+            waits, start = [], time.perf_counter()
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                batches.next_batch()
+                waits.append(time.perf_counter() - t0)
+                stand_in(step_seconds)
+            seconds = time.perf_counter() - start
+            if depth:
+                batches.close()
+            out.setdefault(stand_in.__name__, {})[f"ahead_{depth}"] = {"median_wait_s": float(np.median(waits)),
+                                                                       "steps_per_s": steps / seconds}
     return out
 
 
