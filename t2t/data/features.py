@@ -76,6 +76,10 @@ class FeatureConverter:
         """The (truncated) token arrays this example puts into each stream."""
         raise NotImplementedError
 
+    def part_sizes(self, lengths: Mapping[str, int]) -> tuple[int, ...]:
+        """The sizes of ``parts`` for an example whose ``inputs`` and ``targets`` have ``lengths``."""
+        raise NotImplementedError
+
     def fill(self, arrays: dict[str, np.ndarray], placed: "Placed") -> None:
         """Write every placed example into the batch's ``arrays`` (numpy over the whole batch at once)."""
         raise NotImplementedError
@@ -174,6 +178,9 @@ class EncDecFeatureConverter(FeatureConverter):
     def parts(self, example: Example) -> tuple[np.ndarray, ...]:
         return _ids(example, "inputs")[:self.input_length], _ids(example, "targets")[:self.target_length]
 
+    def part_sizes(self, lengths: Mapping[str, int]) -> tuple[int, ...]:
+        return min(lengths["inputs"], self.input_length), min(lengths["targets"], self.target_length)
+
     def allocate(self, rows: int) -> dict[str, np.ndarray]:
         s, t = self.input_length, self.target_length
         keys = ENC_DEC_KEYS + (PACKED_ENC_DEC_KEYS if self.pack else ())
@@ -203,6 +210,9 @@ class DecoderOnlyLMFeatureConverter(FeatureConverter):
         inputs = _ids(example, "inputs")[:self.input_length]
         targets = _ids(example, "targets")[:self.target_length]
         return (np.concatenate([inputs, targets]),)
+
+    def part_sizes(self, lengths: Mapping[str, int]) -> tuple[int, ...]:
+        return (min(lengths["inputs"], self.input_length) + min(lengths["targets"], self.target_length),)
 
     def allocate(self, rows: int) -> dict[str, np.ndarray]:
         keys = ["decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights"]
@@ -275,6 +285,10 @@ class Packer:
             if not packer.add(example):
                 yield packer.flush(), position      # the batch ends before `position`
                 packer.add(example)                 # always fits an empty batch (truncated to the lengths)
+
+    ``add`` is ``place`` then ``attach``: ``place(sizes)`` reserves room for an example of ``sizes`` tokens per
+    stream (``converter.part_sizes``) and says which row it went to, and ``attach(example)`` gives that example's
+    tokens. A process that keeps only some rows of the batch attaches only theirs; the others stay empty.
     """
 
     def __init__(self, converter: FeatureConverter, batch_size: int | None):
@@ -292,25 +306,47 @@ class Packer:
         self._used = [np.zeros(self.batch_size or 16, dtype=np.int64) for _ in self.capacity]
         self._examples_in_row: list[int] = []
         self._placed = Placed()
+        self._count = 0
+        self._reserved: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
 
     def __len__(self) -> int:
-        return len(self._placed)
+        return self._count
 
     def add(self, example: Example) -> bool:
         parts = self.converter.parts(example)
-        row = self._first_fit([p.size for p in parts]) if self.converter.pack else -1
-        if row < 0:
-            if self.batch_size is not None and self.rows_used >= self.batch_size:
-                return False
-            row = self._new_row()
-        starts = tuple(int(used[row]) for used in self._used)
-        for used, part in zip(self._used, parts):
-            used[row] += part.size
-        self._examples_in_row[row] += 1
-        self._placed.append(row, self._examples_in_row[row], starts, parts, example)
+        if self.place(tuple(p.size for p in parts)) is None:
+            return False
+        self.attach(example, parts)
         return True
 
-    def _first_fit(self, sizes: list[int]) -> int:
+    def place(self, sizes: tuple[int, ...]) -> int | None:
+        """Reserve room for an example of ``sizes`` tokens per stream: its row, or None (nothing changed) when
+        it does not fit."""
+        row = self._first_fit(sizes) if self.converter.pack else -1
+        if row < 0:
+            if self.batch_size is not None and self.rows_used >= self.batch_size:
+                return None
+            row = self._new_row()
+        starts = tuple(int(used[row]) for used in self._used)
+        for used, size in zip(self._used, sizes):
+            used[row] += size
+        self._examples_in_row[row] += 1
+        self._count += 1
+        self._reserved = row, self._examples_in_row[row], starts, tuple(sizes)
+        return row
+
+    def attach(self, example: Example, parts: tuple[np.ndarray, ...] | None = None) -> None:
+        """The tokens of the example just placed (``parts``: ``converter.parts(example)`` when already made)."""
+        row, segment, starts, sizes = self._reserved
+        parts = self.converter.parts(example) if parts is None else parts
+        if tuple(p.size for p in parts) != sizes:
+            raise T2TError(f"an example of {tuple(p.size for p in parts)} tokens per stream was placed as {sizes}; "
+                           f"a token preprocessor's output_lengths does not match what it produces: fix it or "
+                           f"remove it.")
+        self._placed.append(row, segment, starts, parts, example)
+        self._reserved = None
+
+    def _first_fit(self, sizes: tuple[int, ...]) -> int:
         """The first row with room for ``sizes`` tokens in every stream, or -1."""
         if not self.rows_used:
             return -1

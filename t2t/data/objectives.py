@@ -111,6 +111,16 @@ def _random_segmentation(num_items: int, num_segments: int, rng: np.random.Gener
     return np.diff(np.concatenate(([0], cuts, [num_items])))
 
 
+def _span_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+    """(noise tokens, noise spans) of a random-spans mask over ``length >= 2`` tokens (see below)."""
+    # float32 products and quotients as tf computes them; Python's round() on the (exactly widened) float32
+    # value is round-half-to-even, like tf.round.
+    num_noise_tokens = round(float(np.float32(length) * np.float32(noise_density)))
+    num_noise_tokens = min(max(num_noise_tokens, 1), length - 1)
+    num_noise_spans = round(float(np.float32(num_noise_tokens) / np.float32(mean_noise_span_length)))
+    return num_noise_tokens, max(min(num_noise_spans, num_noise_tokens, length - num_noise_tokens), 1)
+
+
 def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
                             rng: np.random.Generator) -> np.ndarray:
     """t5's span mask: ``round(length * density)`` noise tokens (clipped to [1, length-1]) in
@@ -123,13 +133,8 @@ def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_l
     _check_density(noise_density, mean_noise_span_length)
     orig_length = int(length)
     length = max(orig_length, 2)
-    # float32 products and quotients as tf computes them; Python's round() on the (exactly widened) float32
-    # value is round-half-to-even, like tf.round.
-    num_noise_tokens = round(float(np.float32(length) * np.float32(noise_density)))
-    num_noise_tokens = min(max(num_noise_tokens, 1), length - 1)
-    num_noise_spans = round(float(np.float32(num_noise_tokens) / np.float32(mean_noise_span_length)))
+    num_noise_tokens, num_noise_spans = _span_counts(length, noise_density, mean_noise_span_length)
     num_nonnoise_tokens = length - num_noise_tokens
-    num_noise_spans = max(min(num_noise_spans, num_noise_tokens, num_nonnoise_tokens), 1)
 
     noise_lengths = _random_segmentation(num_noise_tokens, num_noise_spans, rng)
     nonnoise_lengths = _random_segmentation(num_nonnoise_tokens, num_noise_spans, rng)
@@ -321,6 +326,32 @@ def full_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dic
     return {"inputs": ids[:0], "targets": ids.copy()}
 
 
+def random_spans_lengths(length: int, noise_density: float = 0.15, mean_noise_span_length: float = 3.0,
+                         **unused_options) -> tuple[int, int]:
+    """(inputs, targets) lengths of ``random_spans`` / ``span_corruption`` on ``length`` tokens: the mask's
+    counts are fixed, only their placement is random (each noise span → one sentinel in the inputs, each kept
+    span → one in the targets). One token is left as it is, with a lone sentinel as its targets."""
+    _check_density(noise_density, mean_noise_span_length)
+    if length == 0:
+        return 0, 0
+    if length == 1:
+        return 1, 1
+    num_noise_tokens, num_noise_spans = _span_counts(length, noise_density, mean_noise_span_length)
+    return length - num_noise_tokens + num_noise_spans, num_noise_tokens + num_noise_spans
+
+
+#: each objective whose output lengths follow from the chunk's length alone: ``fn(length, **options) ->
+#: (inputs, targets)``, so that the pipeline can place a draw in a packed batch without drawing it
+#: (``denoise.output_lengths``); the i.i.d. and prefix objectives draw their lengths and are not here.
+OUTPUT_LENGTHS: dict[Objective, Callable[..., tuple[int, int]]] = {
+    random_spans: random_spans_lengths,
+    span_corruption: random_spans_lengths,
+    bert_style: lambda length, **unused_options: (length, length),
+    mass_style: lambda length, **unused_options: (length, length),
+    deshuffling: lambda length, **unused_options: (length, length),
+    full_lm: lambda length, **unused_options: (0, length),
+}
+
 OBJECTIVES: dict[str, Objective] = {
     "span_corruption": span_corruption,
     "random_spans": random_spans,
@@ -378,3 +409,17 @@ def denoise(features: dict[str, np.ndarray], rng: np.random.Generator, *, vocab,
         raise T2TError("unsupervised objectives need the run's vocabulary for their sentinel ids; pass a vocab.")
     out = objective(features["targets"], vocab_size=vocab.vocab_size, rng=rng, **options)
     return {**features, **out}
+
+
+def denoise_output_lengths(lengths: dict[str, int], *, objective: Objective = span_corruption,
+                           **options) -> dict[str, int] | None:
+    """The feature lengths ``denoise`` gives for features of ``lengths``, without drawing, or None when the
+    objective draws them (see ``OUTPUT_LENGTHS``)."""
+    lengths_of = OUTPUT_LENGTHS.get(objective)
+    if lengths_of is None or "targets" not in lengths:
+        return None
+    inputs, targets = lengths_of(lengths["targets"], **options)
+    return {**lengths, "inputs": inputs, "targets": targets}
+
+
+denoise.output_lengths = denoise_output_lengths  # the token-preprocessor protocol: t2t.data.pipeline

@@ -3,6 +3,7 @@
     tokenized split (``t2t.data.tokenized``: cached, source order)
       ─ per-epoch seeded permutation ─ token_preprocessors(rng per draw) ─ trim, EOS last ─► sampler
     sampler (global positions) ─ features.Packer (pad or pack the global batch) ─ rank r takes rows r, r+W, …
+    (a rank draws only its rows' examples when their lengths are known without drawing: ``TaskStream.sizes``)
 
 A draw is addressed by (task, count): the cached split is the task's examples *after* its text preprocessors,
 one-to-many ones included, so a resumed stream indexes the same expanded list. Streaming sources
@@ -15,6 +16,7 @@ are importable from here as before.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from t2t.data.features import get_converter
 from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
 from t2t.data.sources import DataNotFoundError
 from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
-from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos
+from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos, trimmed_lengths
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,17 @@ class TaskStream:
                         "trims of this task are not reported)", self.task.name, self.sequence_length)
         return out
 
+    def sizes(self, count: int) -> dict[str, int] | None:
+        """The lengths of ``draw(count)``'s features, without drawing it, when its token preprocessors declare
+        their output lengths (``declared_output_lengths``; trivially without any); None otherwise."""
+        example, _, _ = self.raw(count)
+        lengths: dict[str, int] | None = {k: example[k].size for k in self.task.output_features if k in example}
+        for fn in self.task.token_preprocessors:
+            lengths = declared_output_lengths(fn, lengths)
+            if lengths is None:
+                return None
+        return trimmed_lengths(self.task, lengths, self.sequence_length)
+
     def _warn_long_examples(self) -> None:
         if self.task.token_preprocessors:
             return  # lengths change per draw; the first trim is reported by draw()
@@ -153,6 +166,19 @@ class TaskStream:
             log.warning("task %s: %d of %d %s examples are longer than %s and will be trimmed, keeping EOS last",
                         self.task.name, too_long, len(self.data), self.split,
                         ", ".join(f"{k}_length={v}" for k, v in self.sequence_length.items()))
+
+
+def declared_output_lengths(fn, lengths: Mapping[str, int]) -> dict[str, int] | None:
+    """The feature lengths token preprocessor ``fn`` gives features of ``lengths``, by its own account: its
+    ``output_lengths(lengths, **keyword options)`` (a ``functools.partial``'s keywords are its options), as
+    ``t2t.data.objectives.denoise`` declares for objectives whose lengths are not drawn; None when it has none."""
+    func, options = fn, {}
+    if isinstance(fn, functools.partial):
+        if fn.args:
+            return None
+        func, options = fn.func, fn.keywords
+    output_lengths = getattr(func, "output_lengths", None)
+    return None if output_lengths is None else output_lengths(dict(lengths), **options)
 
 
 # ------------------------------------------------------------------------------------------ training batches
@@ -251,22 +277,41 @@ class TrainBatches:
         self.sampler.next_task()
         self._peeked = None
 
-    def next_global_batch(self) -> dict:
-        """The next batch of all ``batch_size`` rows, packed (or padded) from the global stream."""
+    def _declared_part_sizes(self) -> tuple[int, ...] | None:
+        """The current example's token counts per stream as its task declares them (``TaskStream.sizes``), so
+        that it can be placed without being drawn; None when they are not declared."""
+        name = self.sampler.task_at(self.sampler.position)
+        lengths = self.streams[name].sizes(self.sampler.counters[name])
+        if lengths is None or "inputs" not in lengths or "targets" not in lengths:
+            return None
+        return self.converter.part_sizes(lengths)
+
+    def next_global_batch(self, rank_only: bool = False) -> dict:
+        """The next batch of all ``batch_size`` rows, packed (or padded) from the global stream. ``rank_only``
+        fills only this rank's rows: every example is placed, but those whose lengths the task declares are
+        drawn only when they land in one of them."""
         packer = self.converter.packer(self.batch_size)
         while True:
             if not self.pack and packer.rows_used == self.batch_size:
                 break
-            if not packer.add(self._peek()):
-                break  # held back: the state still points at it
+            sizes = self._declared_part_sizes() if rank_only else None
+            if sizes is None:
+                if not packer.add(self._peek()):
+                    break  # held back: the state still points at it
+            else:
+                row = packer.place(sizes)
+                if row is None:
+                    break
+                if row % self.world_size == self.rank:
+                    packer.attach(self._peek())
             self._advance()
         return packer.flush()
 
     def next_batch(self) -> dict:
         """This rank's rows of the next global batch: rows ``rank, rank + W, …`` (see ``global_rows``)."""
-        batch = self.next_global_batch()
         if self.world_size == 1:
-            return batch
+            return self.next_global_batch()
+        batch = self.next_global_batch(rank_only=True)
         return {key: value[self.rank::self.world_size].contiguous() for key, value in batch.items()}
 
     def global_rows(self) -> list[int]:
@@ -346,9 +391,8 @@ def build_train_batches(name: str, *, vocab, batch_size: int, input_length: int,
     Deterministic in ``seed``; ``state_dict()`` / ``load_state_dict()`` resume exactly (also when packing: the
     state points at the example held back for the next batch). Packing comes before sharding, as in T5: every
     rank packs the same global batch of ``batch_size`` rows from the global example stream and takes rows
-    ``r, r+W, …`` of it, so W processes see exactly the rows of one. Each rank does the whole batch's pipeline work:
-    one core packs ~1.8 GLUE or ~4 span-corruption batches of 128 × 512 in an H100 step at that batch
-    (benchmarks/README.md), so ranks whose steps are shorter than that wait on packing. Mixture members whose
+    ``r, r+W, …`` of it, so W processes see exactly the rows of one. Each rank places every example but draws
+    only those of its rows whose lengths are declared (``TrainBatches.next_global_batch``). Mixture members whose
     data cannot be found are an error listing them all, or with ``skip_unavailable`` are dropped with a warning
     and the rates renormalised. ``max_tokens`` trains on a fixed prefix of each task's data, repeated (T5
     §3.4.2; see ``TaskStream``). ``mixing_maximum`` (K) and ``mixing_temperature`` (T) set §3.5.2's limit and

@@ -172,3 +172,19 @@ def trim_and_append_eos(task: TokenizableTask, features: Mapping[str, Any], sequ
             trimmed |= ids.size > length
             out[key] = ids[:length].astype(np.int64)
     return out, trimmed
+
+
+def trimmed_lengths(task: TokenizableTask, lengths: Mapping[str, int], sequence_length: Mapping[str, int]
+                    ) -> dict[str, int] | None:
+    """The lengths ``trim_and_append_eos`` gives features of ``lengths`` (None where it would refuse them: a
+    required feature missing)."""
+    out = {}
+    for key, feature in task.output_features.items():
+        if key not in lengths:
+            if feature.required:
+                return None
+            out[key] = 0
+            continue
+        length = int(sequence_length[key])
+        out[key] = min(lengths[key], length - 1) + 1 if feature.add_eos else min(lengths[key], length)
+    return out

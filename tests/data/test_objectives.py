@@ -288,6 +288,24 @@ def test_every_objective_is_listed_and_deterministic():
         assert a["inputs"].dtype == np.int64 and a["targets"].dtype == np.int64, name
 
 
+@pytest.mark.parametrize("options", [{}, {"noise_density": 0.5, "mean_noise_span_length": 1.0},
+                                     {"noise_density": 0.3, "mean_noise_span_length": 8.0}])
+def test_declared_output_lengths_are_the_drawn_ones(options):
+    """``OUTPUT_LENGTHS`` lets the pipeline place a draw without drawing it: every length from 0 to 600 (and
+    568, span corruption's), whatever the seed, gives the lengths the objective then produces."""
+    rng = np.random.default_rng(5)
+    for objective, lengths_of in ob.OUTPUT_LENGTHS.items():
+        kwargs = options if objective in (ob.random_spans, ob.span_corruption) else {}
+        for length in [*range(0, 40), 568, *rng.integers(40, 600, size=30)]:
+            tokens = rng.integers(3, 1000, size=length)
+            out = objective(tokens, vocab_size=VOCAB, rng=np.random.default_rng(length), **kwargs)
+            assert lengths_of(length, **kwargs) == (out["inputs"].size, out["targets"].size), (objective, length)
+    lengths = {"targets": 568, "targets_pretokenized": 0}
+    assert ob.denoise_output_lengths(lengths) == {"inputs": 512 - 1, "targets": 114 - 1, "targets_pretokenized": 0}
+    assert ob.denoise_output_lengths(lengths, objective=ob.prefix_lm) is None  # its split point is drawn
+    assert ob.denoise.output_lengths is ob.denoise_output_lengths
+
+
 def test_tokens_length_for_each_objective():
     assert ob.tokens_length_for(ob.span_corruption, 512) == 568
     assert ob.tokens_length_for(ob.random_spans, 512, 0.5, 3.0) == ob.random_spans_helper(512, 0.5, 3.0)[0]

@@ -1,6 +1,8 @@
 """build_train_batches / task.examples: determinism, exact resume (also packed), rank sharding, epochs,
 trimming, caching, unavailable members — on in-memory tasks and the tiny vocabulary."""
 
+import dataclasses
+import functools
 import json
 import logging
 
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 from t2t.data import tokenized
+from t2t import preprocessors
 from t2t.errors import T2TError
 from t2t.data.pipeline import build_train_batches
 from t2t.data.sources import GeneratorSource, JsonlFiles
@@ -123,6 +126,59 @@ def test_rank_batches_are_the_rows_of_one_packed_batch(vocab, tasks, pack):
             assert torch.equal(value[0::2], r0[key]) and torch.equal(value[1::2], r1[key]), key
     if pack:
         assert int(single[0]["encoder_segment_ids"].max()) > 1  # rows hold several examples
+
+
+def _text_task(name, objective, token_preprocessors=None):
+    from t2t.data.sources import InMemorySource
+    from t2t.tasks.text_files import unsupervised_task
+
+    texts = [{"text": " ".join(_rows(1, f"doc {i}", seed=i)[0].values())} for i in range(40)]
+    task = unsupervised_task(name, InMemorySource({"train": texts}), objective)
+    return task if token_preprocessors is None else dataclasses.replace(task, token_preprocessors=token_preprocessors)
+
+
+def _count_draws(batches):
+    drawn = []
+    for stream in batches.streams.values():
+        draw = stream.draw
+        stream.draw = lambda count, draw=draw: drawn.append(count) or draw(count)
+    return drawn
+
+
+@pytest.mark.parametrize("objective, declared", [(preprocessors.span_corruption, True),
+                                                 (preprocessors.prefix_lm, False)])
+def test_ranks_draw_only_the_examples_of_their_rows_when_lengths_are_declared(vocab, objective, declared):
+    """Every rank places every example of the global batch but, where the task declares its lengths (span
+    corruption's are fixed, prefix LM's split point is drawn), draws only those that land in its rows; the rows
+    are the same either way."""
+    with temporarily_registered(_text_task("pipe_text", objective)):
+        build = functools.partial(_build, vocab, name="pipe_text", batch_size=8, input_length=32, target_length=16)
+        single = _take(build(), 3)
+        ranks = [build(rank=r, world_size=4) for r in range(4)]
+        drawn = [_count_draws(r) for r in ranks]
+        for step, expected in enumerate(single):
+            rows = [r.next_batch() for r in ranks]
+            for r, got in enumerate(rows):
+                for key, value in expected.items():
+                    assert torch.equal(value[r::4], got[key]), (step, r, key)
+        placed = sum(int(b["encoder_segment_ids"].max(dim=1).values.sum()) for b in single)
+        in_rows = [sum(int(b["encoder_segment_ids"][r::4].max(dim=1).values.sum()) for b in single) for r in range(4)]
+        assert sum(in_rows) == placed
+        if declared:
+            assert [len(d) for d in drawn] == in_rows
+        else:  # each rank draws every example it places (and the one held back for the next batch)
+            assert all(len(d) >= placed for d in drawn)
+
+
+def test_a_token_preprocessor_whose_declared_lengths_are_wrong_is_named(vocab):
+    def lying(features, rng, *, vocab, sequence_length):
+        return preprocessors.denoise(features, rng, vocab=vocab, sequence_length=sequence_length)
+
+    lying.output_lengths = lambda lengths: {**lengths, "inputs": 3, "targets": 2}
+    with temporarily_registered(_text_task("pipe_lying", preprocessors.span_corruption, (lying,))):
+        with pytest.raises(T2TError, match="output_lengths"):
+            _build(vocab, name="pipe_lying", batch_size=8, input_length=32, target_length=16, rank=0,
+                   world_size=2).next_batch()
 
 
 def test_data_state_is_global_and_resumes_with_another_process_count(vocab, tasks):
