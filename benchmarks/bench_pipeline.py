@@ -19,7 +19,9 @@ Measures, in one process on this machine's CPU:
    and the wait for each batch in a loop of such steps with and without ``BatchesAhead`` (the training loop's
    background thread). Two stand-ins of the recorded step time take the GPU step's place: a sleep (a step that
    waits on the device with the GIL released), and half a busy Python loop, half a sleep (a step whose eager
-   kernel launches hold the GIL, against which the producer thread competes).
+   kernel launches hold the GIL, against which the producer thread competes). And the rate of one rank of 8
+   (rank 0 places every example of the global batch and draws those of its 16 rows where their lengths are
+   known without drawing).
 
 Writes ``benchmarks/results/pipeline.json``; the numbers are summarised in benchmarks/README.md.
 """
@@ -237,13 +239,16 @@ def bench_gpu_setting(vocab, data_dir, steps: int) -> dict:
                  "glue_v002_proportional": ("glue_v002_proportional", 128, {"skip_unavailable": True})}
     result = {"gpu_step_s": step_seconds, "gpu_step": f"{source} (results/gpu-h100.json)"}
     for name, (mixture, targets, extra) in pipelines.items():
-        def make_batches():
+        def make_batches(**layout):
             return build_train_batches(mixture, vocab=vocab, batch_size=128, input_length=512,
-                                       target_length=targets, pack=True, seed=0, data_dir=data_dir, **extra)
+                                       target_length=targets, pack=True, seed=0, data_dir=data_dir, **extra, **layout)
 
         throughput = time_batches(make_batches(), steps)
+        # a rank's batches are quicker: 5x as many, for a window as long as the others'
+        one_of_eight = time_batches(make_batches(rank=0, world_size=8), 5 * steps)["batches_per_s"]
         result[name] = {"batch": f"128 x 512/{targets} packed", "throughput": throughput,
                         "batches_per_gpu_step": throughput["batches_per_s"] * step_seconds,
+                        "rank_0_of_8_batches_per_s": one_of_eight,
                         **waits_for_batches(make_batches, step_seconds, steps)}
     return result
 
