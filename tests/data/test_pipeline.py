@@ -114,18 +114,19 @@ def test_each_epoch_is_a_permutation_of_the_task(vocab, tasks):
     assert epochs[0] != epochs[1]
 
 
+@pytest.mark.parametrize("architecture", ["encoder_decoder", "prefix_lm"])
 @pytest.mark.parametrize("pack", [False, True])
-def test_rank_batches_are_the_rows_of_one_packed_batch(vocab, tasks, pack):
+def test_rank_batches_are_the_rows_of_one_packed_batch(vocab, tasks, pack, architecture):
     """Packing before sharding (as T5): the ranks' rows are exactly the rows one process packs."""
-    single = _take(_build(vocab, pack=pack, batch_size=8), 4)
-    ranks = [_build(vocab, pack=pack, batch_size=8, rank=r, world_size=2) for r in range(2)]
+    single = _take(_build(vocab, pack=pack, batch_size=8, architecture=architecture), 4)
+    ranks = [_build(vocab, pack=pack, batch_size=8, rank=r, world_size=2, architecture=architecture) for r in range(2)]
     assert [r.global_rows() for r in ranks] == [[0, 2, 4, 6], [1, 3, 5, 7]]
     for step, (r0, r1) in enumerate(zip(_take(ranks[0], 4), _take(ranks[1], 4))):
-        assert r0.keys() == single[step].keys() and r0["encoder_input_tokens"].shape[0] == 4
+        assert r0.keys() == single[step].keys() and r0["decoder_target_tokens"].shape[0] == 4
         for key, value in single[step].items():
             assert torch.equal(value[0::2], r0[key]) and torch.equal(value[1::2], r1[key]), key
     if pack:
-        assert int(single[0]["encoder_segment_ids"].max()) > 1  # rows hold several examples
+        assert int(single[0]["decoder_segment_ids"].max()) > 1  # rows hold several examples
 
 
 def _text_task(name, objective, token_preprocessors=None):
