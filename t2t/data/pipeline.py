@@ -22,6 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+import numpy as np
+
 from t2t.errors import T2TError
 from t2t.data.features import get_converter
 from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
@@ -145,7 +147,7 @@ class TaskStream:
         """The lengths of ``draw(count)``'s features, without drawing it, when its token preprocessors declare
         their output lengths (``declared_output_lengths``; trivially without any); None otherwise."""
         example, _, _ = self.raw(count)
-        lengths: dict[str, int] | None = {k: example[k].size for k in self.task.output_features if k in example}
+        lengths: dict[str, int] | None = {k: np.size(example[k]) for k in self.task.output_features if k in example}
         for fn in self.task.token_preprocessors:
             lengths = declared_output_lengths(fn, lengths)
             if lengths is None:
