@@ -287,6 +287,20 @@ def test_streaming_source_in_order_and_resumable(vocab):
         assert _decoded(vocab, resumed.next_examples(9)) == more
 
 
+def test_ranks_of_a_streaming_source_keep_the_rows_of_one_process(vocab):
+    """A streaming source is read in order by every rank (placing each example) across epochs."""
+    rows = _rows(7, "stream")
+    task = Task("pipe_stream_ranks", GeneratorSource(lambda split: iter(rows), streaming=True))
+    with temporarily_registered(task):
+        single = _take(_build(vocab, "pipe_stream_ranks", batch_size=4), 6)
+        ranks = [_build(vocab, "pipe_stream_ranks", batch_size=4, rank=r, world_size=2) for r in range(2)]
+        for expected in single:
+            for r, rank in enumerate(ranks):
+                got = rank.next_batch()
+                assert all(torch.equal(expected[key][r::2], got[key]) for key in expected)
+        assert sum(int(b["encoder_segment_ids"].max(dim=1).values.sum()) for b in single) > 2 * len(rows)
+
+
 def test_tokenized_stage_gets_vocab_and_lengths(vocab):
     from t2t.data.preprocessors import concat_and_split
 
