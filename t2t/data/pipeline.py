@@ -60,6 +60,7 @@ class TaskStream:
             self.data = tokenized_split(task, split, vocab, data_dir, sequence_length)
             if max_tokens is not None:
                 self.data = self.data[:len(list(self._within_budget(self.data)))]
+            self._sizes: list[dict | None] = [None] * len(self.data)
             self._warn_long_examples()
 
     def _within_budget(self, examples):
@@ -121,12 +122,17 @@ class TaskStream:
         """``(cached example, epoch, index within the epoch)`` of draw ``count``."""
         if self.streaming:
             return self._streamed(count)
+        epoch, index, item = self._locate(count)
+        return self.data[item], epoch, index
+
+    def _locate(self, count: int) -> tuple[int, int, int]:
+        """``(epoch, index within the epoch, index into the cached data)`` of draw ``count``."""
         n = len(self.data)
         epoch, index = divmod(count, n)
         if epoch != self._perm_epoch:
             self._perm_epoch, self._perm = epoch, epoch_permutation(self.seed, self.task.name, epoch, n)
             self._log_repeat(epoch, n)
-        return self.data[int(self._perm[index])], epoch, index
+        return epoch, index, int(self._perm[index])
 
     def draw(self, count: int) -> dict:
         """Draw ``count`` as model-ready ``{"inputs", "targets"}`` ids (random stage applied, trimmed, EOS)."""
@@ -146,7 +152,14 @@ class TaskStream:
     def sizes(self, count: int) -> dict[str, int] | None:
         """The lengths of ``draw(count)``'s features, without drawing it, when its token preprocessors declare
         their output lengths (``declared_output_lengths``; trivially without any); None otherwise."""
-        example, _, _ = self.raw(count)
+        if self.streaming or self.task.token_preprocessors:
+            return self._sizes_of(self.raw(count)[0])
+        item = self._locate(count)[2]  # the same every epoch, and asked for every draw by every rank: kept
+        if self._sizes[item] is None:
+            self._sizes[item] = self._sizes_of(self.data[item])
+        return self._sizes[item]
+
+    def _sizes_of(self, example: dict) -> dict[str, int] | None:
         lengths: dict[str, int] | None = {k: np.size(example[k]) for k in self.task.output_features if k in example}
         for fn in self.task.token_preprocessors:
             lengths = declared_output_lengths(fn, lengths)
