@@ -301,22 +301,24 @@ class Packer:
         self._reset()
 
     def _reset(self) -> None:
-        self.rows_used = 0
         # tokens used in each row, one array per stream (columns apart: two 1-d compares beat one 2-d reduce)
         self._used = [np.zeros(self.batch_size or 16, dtype=np.int64) for _ in self.capacity]
-        self._examples_in_row: list[int] = []
+        self._examples_in_row: list[int] = []  # one entry per row in use
         self._placed = Placed()
-        self._count = 0
         self._reserved: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
 
     def __len__(self) -> int:
-        return self._count
+        return sum(self._examples_in_row)
+
+    @property
+    def rows_used(self) -> int:
+        return len(self._examples_in_row)
 
     def add(self, example: Example) -> bool:
         parts = self.converter.parts(example)
         if self.place(tuple(p.size for p in parts)) is None:
             return False
-        self.attach(example, parts)
+        self._keep(parts, example)
         return True
 
     def place(self, sizes: tuple[int, ...]) -> int | None:
@@ -331,18 +333,20 @@ class Packer:
         for used, size in zip(self._used, sizes):
             used[row] += size
         self._examples_in_row[row] += 1
-        self._count += 1
         self._reserved = row, self._examples_in_row[row], starts, tuple(sizes)
         return row
 
-    def attach(self, example: Example, parts: tuple[np.ndarray, ...] | None = None) -> None:
-        """The tokens of the example just placed (``parts``: ``converter.parts(example)`` when already made)."""
-        row, segment, starts, sizes = self._reserved
-        parts = self.converter.parts(example) if parts is None else parts
-        if tuple(p.size for p in parts) != sizes:
-            raise T2TError(f"an example of {tuple(p.size for p in parts)} tokens per stream was placed as {sizes}; "
-                           f"a token preprocessor's output_lengths does not match what it produces: fix it or "
-                           f"remove it.")
+    def attach(self, example: Example) -> None:
+        """The tokens of the example just placed, which must have the sizes it was placed with."""
+        parts = self.converter.parts(example)
+        sizes = tuple(p.size for p in parts)
+        if sizes != self._reserved[3]:
+            raise T2TError(f"an example of {sizes} tokens per stream was placed as {self._reserved[3]}; a token "
+                           f"preprocessor's output_lengths does not match what it produces: fix it or remove it.")
+        self._keep(parts, example)
+
+    def _keep(self, parts: tuple[np.ndarray, ...], example: Example) -> None:
+        row, segment, starts, _ = self._reserved
         self._placed.append(row, segment, starts, parts, example)
         self._reserved = None
 
@@ -360,7 +364,6 @@ class Packer:
     def _new_row(self) -> int:
         if self.rows_used == self._used[0].size:  # only without a batch size: grow
             self._used = [np.concatenate([used, np.zeros_like(used)]) for used in self._used]
-        self.rows_used += 1
         self._examples_in_row.append(0)
         return self.rows_used - 1
 
