@@ -162,16 +162,19 @@ def trim_and_append_eos(task: TokenizableTask, features: Mapping[str, Any], sequ
             out[key] = np.zeros(0, np.int64)
             continue
         ids = np.asarray(features[key])
-        length = int(sequence_length[key])
+        n = _kept_tokens(ids.size, int(sequence_length[key]), feature.add_eos)
+        trimmed |= n < ids.size
         if feature.add_eos:  # one int64 copy of what is kept, EOS written after it (a draw's hot path)
-            n = min(ids.size, length - 1)
-            trimmed |= n < ids.size
             out[key] = np.empty(n + 1, np.int64)
             out[key][:n], out[key][n] = ids[:n], eos_id(task, key, vocab)
         else:
-            trimmed |= ids.size > length
-            out[key] = ids[:length].astype(np.int64)
+            out[key] = ids[:n].astype(np.int64)
     return out, trimmed
+
+
+def _kept_tokens(size: int, length: int, add_eos: bool) -> int:
+    """How many of a feature's ``size`` tokens fit in ``length`` (one slot is EOS's when it is appended)."""
+    return min(size, length - 1) if add_eos else min(size, length)
 
 
 def trimmed_lengths(task: TokenizableTask, lengths: Mapping[str, int], sequence_length: Mapping[str, int]
@@ -185,6 +188,5 @@ def trimmed_lengths(task: TokenizableTask, lengths: Mapping[str, int], sequence_
                 return None
             out[key] = 0
             continue
-        length = int(sequence_length[key])
-        out[key] = min(lengths[key], length - 1) + 1 if feature.add_eos else min(lengths[key], length)
+        out[key] = _kept_tokens(lengths[key], int(sequence_length[key]), feature.add_eos) + int(feature.add_eos)
     return out
