@@ -121,13 +121,9 @@ def stable_hash(text: str) -> int:
 _MIX, _PERM, _DRAW = 1, 2, 3  # stream tags so the different draws never share a seed
 
 
-def position_uniform(seed: int, position: int) -> float:
-    """The uniform number in [0, 1) that picks the task at a global position."""
-    return float(np.random.default_rng([_MIX, int(seed), int(position)]).random())
-
-
 def position_uniforms(seed: int, start: int, count: int) -> np.ndarray:
-    """``position_uniform`` of positions ``start … start + count - 1``, computed together (bit for bit)."""
+    """The uniform numbers in [0, 1) that pick the tasks at global positions ``start … start + count - 1``:
+    position ``p``'s is ``np.random.default_rng([_MIX, seed, p]).random()``, all computed together."""
     return first_uniforms([_MIX, int(seed)], np.arange(start, start + count, dtype=np.int64))
 
 
