@@ -51,7 +51,7 @@ from bench_model import (decode_fn, decoding_floor_s, encoder_flops, matmul_gflo
 
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
-from t2t.models.kernels import autocast, linear
+from t2t.models.kernels import autocast
 from t2t.models.t5 import T5, Attention, ModelConfig
 
 PRESETS = {
@@ -100,9 +100,7 @@ def fuse_projections(model: T5) -> T5:
         return x + self.dropout(self.attend(q, k, v, bias))
 
     def keys_values(self, h):
-        B, S, _ = h.shape
-        kv = linear(h, torch.cat([self.k.weight, self.v.weight]))
-        return kv.view(B, S, 2, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, S, d_kv] each
+        return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))  # [B, H, S, d_kv] each
 
     for module in model.modules():
         if isinstance(module, Attention):

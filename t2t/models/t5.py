@@ -227,12 +227,11 @@ class Attention(nn.Module):
     def qkv_weight(self) -> torch.Tensor:
         return torch.cat([self.q.weight, self.k.weight, self.v.weight])  # [3·H·d_kv, d_model]
 
-    def project_qkv(self, h: torch.Tensor, weight: torch.Tensor):
-        """q, k, v of ``h`` with ``weight = qkv_weight()`` (made once per decoding call)."""
+    def project_qkv(self, h: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v of ``h`` with ``weight = qkv_weight()`` (made once per decoding call), [B, H, T, d_kv] each;
+        with any of the three weights stacked, those projections."""
         B, T, _ = h.shape
-        qkv = linear(h, weight)
-        q, k, v = qkv.view(B, T, 3, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, d_kv]
-        return q, k, v
+        return linear(h, weight).view(B, T, -1, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                bias: torch.Tensor | FlexBias | None) -> torch.Tensor:
