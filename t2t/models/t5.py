@@ -230,8 +230,8 @@ class Attention(nn.Module):
     def project_qkv(self, h: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k, v of ``h`` with ``weight = qkv_weight()`` (made once per decoding call), [B, H, T, d_kv] each;
         with any of the three weights stacked, those projections."""
-        B, T, _ = h.shape
-        return linear(h, weight).view(B, T, -1, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)
+        (B, T, _), stacked = h.shape, weight.shape[0] // (self.n_heads * self.d_kv)  # T may be 0: no -1 below
+        return linear(h, weight).view(B, T, stacked, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                bias: torch.Tensor | FlexBias | None) -> torch.Tensor:
