@@ -5,9 +5,9 @@ resumed or re-sharded stream sees the same mixture. Seeding one generator costs 
 a ``PCG64``), which at T5's batch of 128 × 512 packed GLUE rows (~2,500 positions) was a third of the
 pipeline's time. This module does the same arithmetic over an array of positions: numpy's ``SeedSequence``
 (pool of 4 uint32 words, its hash and mix constants) in uint32 arrays, then ``PCG64``'s seeding (two 128-bit
-LCG steps) and its first XSL-RR output, whose top 53 bits make the double. The tests compare it with numpy's
-own generators; anything outside what it covers (entropy of more than 4 words, a negative number) is left
-to numpy, one seed at a time.
+LCG steps, each number a pair of uint64 arrays) and its first XSL-RR output, whose top 53 bits make the
+double. The tests compare it with numpy's own generators; anything outside what it covers (entropy of more
+than 4 words, a negative number) is left to numpy, one seed at a time.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-_MASK32, _MASK64, _MASK128 = (1 << 32) - 1, (1 << 64) - 1, (1 << 128) - 1
+_MASK32, _MASK64 = (1 << 32) - 1, (1 << 64) - 1
 _POOL = 4  # SeedSequence's default pool size (uint32 words)
 _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
 _MIX_L, _MIX_R = 0xCA01F9DD, 0x4973F715
@@ -75,12 +75,37 @@ def _seed_sequence_state(entropy: list[np.ndarray]) -> list[np.ndarray]:
 
 def _pcg64_first_double(state: list[np.ndarray]) -> np.ndarray:
     """``PCG64`` seeded with the 8 uint32 words (as 4 little-endian uint64: state high, low, increment high,
-    low), then ``random()``: the first 64-bit output's top 53 bits over 2**53. 128-bit math in Python ints."""
-    w = [state[2 * i].astype(object) | (state[2 * i + 1].astype(object) << 32) for i in range(4)]
-    init_state, increment = (w[0] << 64) | w[1], (((w[2] << 64) | w[3]) << 1 | 1) & _MASK128
-    lcg = (increment + init_state) & _MASK128  # srandom: state 0, one step (0 * mult + inc), add the seed
-    lcg = (lcg * _PCG_MULT + increment) & _MASK128  # ... one more step
-    lcg = (lcg * _PCG_MULT + increment) & _MASK128  # next64(): step, then output the new state
-    folded, rotation = (lcg >> 64) ^ (lcg & _MASK64), lcg >> 122
-    output = ((folded >> rotation) | (folded << ((64 - rotation) & 63))) & _MASK64
-    return (output >> 11).astype(np.float64) * (1.0 / (1 << 53))
+    low), then ``random()``: the first 64-bit output's top 53 bits over 2**53. 128-bit numbers are (high, low)
+    pairs of uint64 arrays."""
+    w = [state[2 * i].astype(np.uint64) | (state[2 * i + 1].astype(np.uint64) << np.uint64(32)) for i in range(4)]
+    increment = (w[2] << np.uint64(1)) | (w[3] >> np.uint64(63)), (w[3] << np.uint64(1)) | np.uint64(1)
+    lcg = _add128(increment, (w[0], w[1]))  # srandom: state 0, one step (0 * mult + inc), add the seed
+    for _ in range(2):  # ... one more step; then next64(): step, and output the new state
+        lcg = _add128(_times_pcg_mult(lcg), increment)
+    high, low = lcg
+    folded, rotation = high ^ low, high >> np.uint64(58)
+    output = (folded >> rotation) | (folded << ((np.uint64(64) - rotation) & np.uint64(63)))
+    return (output >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+_PCG_MULT_HIGH, _PCG_MULT_LOW = np.uint64(_PCG_MULT >> 64), np.uint64(_PCG_MULT & _MASK64)
+
+
+def _add128(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    low = a[1] + b[1]
+    return a[0] + b[0] + (low < a[1]).astype(np.uint64), low
+
+
+def _times_pcg_mult(a: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``a * _PCG_MULT`` mod 2**128: the low words' full 128-bit product plus the cross terms' low 64 bits."""
+    high, low = a
+    return _high_product(low, _PCG_MULT_LOW) + low * _PCG_MULT_HIGH + high * _PCG_MULT_LOW, low * _PCG_MULT_LOW
+
+
+def _high_product(x: np.ndarray, y: np.uint64) -> np.ndarray:
+    """The high 64 bits of the 128-bit products ``x * y``, from 32-bit halves."""
+    m32, s32 = np.uint64(_MASK32), np.uint64(32)
+    x0, x1, y0, y1 = x & m32, x >> s32, y & m32, y >> s32
+    cross_a, cross_b = x0 * y1, x1 * y0
+    middle = ((x0 * y0) >> s32) + (cross_a & m32) + (cross_b & m32)
+    return x1 * y1 + (cross_a >> s32) + (cross_b >> s32) + (middle >> s32)
