@@ -20,13 +20,15 @@ example (0 = padding), positions restart at 0, and the shift restarts with the s
 
 Streaming, resumable batches use ``Packer``: ``add(example)`` places an example or returns False without
 changing anything when it does not fit, so the caller can emit the batch, remember the stream position of
-the held-back example, and start the next batch with it. ``add`` places an example (first fit, a numpy compare
-over the rows); ``flush`` writes all of them into the batch's arrays at once (``fill``: numpy scatters over every
-token of the batch, never a Python loop per token or per example).
+the held-back example, and start the next batch with it. ``place_many`` places a run of examples of known sizes
+(first fit: where each would go now, from one numpy compare over the run and the rows, then a scan in Python past
+the rows that the examples before it filled); ``flush`` writes all of them into the batch's arrays at once
+(``fill``: numpy scatters over every token of the batch, never a Python loop per token or per example).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -76,8 +78,9 @@ class FeatureConverter:
         """The (truncated) token arrays this example puts into each stream."""
         raise NotImplementedError
 
-    def part_sizes(self, lengths: Mapping[str, int]) -> tuple[int, ...]:
-        """The sizes of ``parts`` for an example whose ``inputs`` and ``targets`` have ``lengths``."""
+    def part_sizes(self, lengths: Mapping[str, int | np.ndarray]) -> tuple[int | np.ndarray, ...]:
+        """The sizes of ``parts`` for an example whose ``inputs`` and ``targets`` have ``lengths`` (or, elementwise,
+        for arrays of such lengths)."""
         raise NotImplementedError
 
     def fill(self, arrays: dict[str, np.ndarray], placed: "Placed") -> None:
@@ -119,35 +122,37 @@ class Tokens(NamedTuple):
         return last
 
 
-class Placed:
-    """Where a batch's examples went: row, segment number (1, 2, … within the row) and start in each stream."""
+class Placed(NamedTuple):
+    """Where a batch's examples went: row, segment number (1, 2, … within the row) and start in each stream
+    (arrays, one entry or row per example), with each example's parts per stream."""
 
-    def __init__(self):
-        self.rows: list[int] = []
-        self.segments: list[int] = []
-        self.starts: list[tuple[int, ...]] = []
-        self.parts: list[tuple[np.ndarray, ...]] = []
-        self.examples: list[Example] = []
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def append(self, row: int, segment: int, starts: tuple[int, ...], parts: tuple[np.ndarray, ...],
-               example: Example) -> None:
-        self.rows.append(row)
-        self.segments.append(segment)
-        self.starts.append(starts)
-        self.parts.append(parts)
-        self.examples.append(example)
+    rows: np.ndarray
+    segments: np.ndarray
+    starts: np.ndarray  # [examples, streams]
+    parts: list[tuple[np.ndarray, ...]]
+    examples: list[Example]
 
     def tokens(self, stream: int) -> Tokens:
         parts = [p[stream] for p in self.parts]
         sizes = np.fromiter((p.size for p in parts), np.int64, len(parts))
         example = np.repeat(np.arange(len(parts)), sizes)
         position = np.arange(example.size) - (np.cumsum(sizes) - sizes)[example]
-        starts = np.fromiter((s[stream] for s in self.starts), np.int64, len(parts))
         values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return Tokens(values, np.asarray(self.rows, np.int64)[example], starts[example] + position, position, example)
+        return Tokens(values, self.rows[example], self.starts[example, stream] + position, position, example)
+
+
+def segments_and_starts(rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For examples placed in order into ``rows`` with ``sizes[i]`` tokens per stream: each one's segment number
+    in its row (1, 2, …) and where it starts in each stream (the tokens of the row's earlier examples)."""
+    order = np.argsort(rows, kind="stable")
+    row_starts = np.ones(len(rows), dtype=bool)
+    row_starts[1:] = rows[order][1:] != rows[order][:-1]
+    first_in_row = np.flatnonzero(row_starts)[np.cumsum(row_starts) - 1]  # per sorted example
+    before = np.cumsum(sizes[order], axis=0) - sizes[order]
+    segments, starts = np.empty_like(rows), np.empty_like(sizes)
+    segments[order] = np.arange(len(rows)) - first_in_row + 1
+    starts[order] = before - before[first_in_row]
+    return segments, starts
 
 
 def _fill_decoder_inputs(arrays: dict, tokens: Tokens, placed: Placed, pack: bool, start_id: int) -> None:
@@ -178,8 +183,8 @@ class EncDecFeatureConverter(FeatureConverter):
     def parts(self, example: Example) -> tuple[np.ndarray, ...]:
         return _ids(example, "inputs")[:self.input_length], _ids(example, "targets")[:self.target_length]
 
-    def part_sizes(self, lengths: Mapping[str, int]) -> tuple[int, ...]:
-        return min(lengths["inputs"], self.input_length), min(lengths["targets"], self.target_length)
+    def part_sizes(self, lengths: Mapping[str, int | np.ndarray]) -> tuple[int | np.ndarray, ...]:
+        return np.minimum(lengths["inputs"], self.input_length), np.minimum(lengths["targets"], self.target_length)
 
     def allocate(self, rows: int) -> dict[str, np.ndarray]:
         s, t = self.input_length, self.target_length
@@ -211,8 +216,8 @@ class DecoderOnlyLMFeatureConverter(FeatureConverter):
         targets = _ids(example, "targets")[:self.target_length]
         return (np.concatenate([inputs, targets]),)
 
-    def part_sizes(self, lengths: Mapping[str, int]) -> tuple[int, ...]:
-        return (min(lengths["inputs"], self.input_length) + min(lengths["targets"], self.target_length),)
+    def part_sizes(self, lengths: Mapping[str, int | np.ndarray]) -> tuple[int | np.ndarray, ...]:
+        return (np.minimum(lengths["inputs"], self.input_length) + np.minimum(lengths["targets"], self.target_length),)
 
     def allocate(self, rows: int) -> dict[str, np.ndarray]:
         keys = ["decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights"]
@@ -286,9 +291,10 @@ class Packer:
                 yield packer.flush(), position      # the batch ends before `position`
                 packer.add(example)                 # always fits an empty batch (truncated to the lengths)
 
-    ``add`` is ``place`` then ``attach``: ``place(sizes)`` reserves room for an example of ``sizes`` tokens per
-    stream (``converter.part_sizes``) and says which row it went to, and ``attach(example)`` gives that example's
-    tokens. A process that keeps only some rows of the batch attaches only theirs; the others stay empty.
+    ``add`` is ``place`` then ``attach``. ``place_many(sizes)`` reserves room for a run of examples whose token
+    counts per stream are known (``converter.part_sizes``), in order, up to the first that does not fit, and
+    says which rows they went to; ``attach(example, placement)`` gives the tokens of the ``placement``-th
+    example placed. A process that keeps only some rows of the batch attaches only theirs; the others stay empty.
     """
 
     def __init__(self, converter: FeatureConverter, batch_size: int | None):
@@ -298,80 +304,97 @@ class Packer:
         self.converter = converter
         self.batch_size = None if batch_size is None else int(batch_size)
         self.capacity = tuple(int(n) for n in converter.lengths())
+        if len(self.capacity) not in (1, 2):
+            raise T2TError(f"a packer fills one or two streams per row, not {len(self.capacity)} "
+                           f"({type(converter).__name__}.lengths()); give the converter one or two.")
         self._reset()
 
     def _reset(self) -> None:
-        # tokens used in each row, one array per stream (columns apart: two 1-d compares beat one 2-d reduce)
-        self._used = [np.zeros(self.batch_size or 16, dtype=np.int64) for _ in self.capacity]
-        self._examples_in_row: list[int] = []  # one entry per row in use
-        self._placed = Placed()
-        self._reserved: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
+        # tokens used in each row, a list per stream; the rows not used yet (all 0) at the end
+        self._used = [[0] * (self.batch_size or 0) for _ in self.capacity]
+        self.rows_used = 0
+        self._rows: list[int] = []  # per example placed: its row and its token count per stream
+        self._sizes: list[list[int]] = []
+        self._attached: list[tuple[int, tuple[np.ndarray, ...], Example]] = []  # placement, parts, example
 
     def __len__(self) -> int:
-        return sum(self._examples_in_row)
-
-    @property
-    def rows_used(self) -> int:
-        return len(self._examples_in_row)
+        return len(self._rows)
 
     def add(self, example: Example) -> bool:
         parts = self.converter.parts(example)
         if self.place(tuple(p.size for p in parts)) is None:
             return False
-        self._keep(parts, example)
+        self._attached.append((len(self._rows) - 1, parts, example))
         return True
 
     def place(self, sizes: tuple[int, ...]) -> int | None:
-        """Reserve room for an example of ``sizes`` tokens per stream: its row, or None (nothing changed) when
+        """Reserve room for one example of ``sizes`` tokens per stream: its row, or None (nothing changed) when
         it does not fit."""
-        row = self._first_fit(sizes) if self.converter.pack else -1
-        if row < 0:
-            if self.batch_size is not None and self.rows_used >= self.batch_size:
-                return None
-            row = self._new_row()
-        starts = tuple(int(used[row]) for used in self._used)
-        for used, size in zip(self._used, sizes):
-            used[row] += size
-        self._examples_in_row[row] += 1
-        self._reserved = row, self._examples_in_row[row], starts, tuple(sizes)
+        rows = self.place_many(np.asarray(sizes, dtype=np.int64).reshape(1, len(self.capacity)))
+        return rows[0] if rows else None
+
+    def place_many(self, sizes: np.ndarray) -> list[int]:
+        """Reserve room for examples of ``sizes[i]`` tokens per stream (one row of ``sizes`` each), in order, up
+        to the first that does not fit: the rows of those placed (fewer than ``len(sizes)`` when one did not
+        fit; it and those after it are not placed, and nothing changed for them)."""
+        if self.batch_size is None:  # room for one new row per example
+            for used in self._used:
+                used += [0] * (self.rows_used + len(sizes) - len(used))
+        first, last = self._used[0], self._used[-1]  # all the streams: one, or the encoder's and the decoder's
+        bounds = self._first_fits(sizes) if self.converter.pack else itertools.repeat(None)
+        placed = len(self._rows)
+        for bound, example_sizes in zip(bounds, sizes.tolist()):
+            row = self.rows_used if bound is None else self._first_fit_from(bound, example_sizes)
+            if row == len(first):
+                break
+            self.rows_used = max(self.rows_used, row + 1)
+            first[row] += example_sizes[0]
+            if last is not first:
+                last[row] += example_sizes[-1]
+            self._rows.append(row)
+            self._sizes.append(example_sizes)
+        return self._rows[placed:]
+
+    def _first_fits(self, sizes: np.ndarray) -> list[int]:
+        """Where each example would go now: a lower bound of its row once those before it have been placed, as
+        rows only fill; ``_first_fit_from`` moves on from it past the rows they filled (a few compares)."""
+        fits = np.ones((len(sizes), len(self._used[0])), dtype=bool)
+        for used, capacity, stream_sizes in zip(self._used, self.capacity, sizes.T):
+            fits &= np.asarray(used) <= (capacity - stream_sizes)[:, None]
+        return fits.argmax(axis=1).tolist()  # 0 where no row fits: the scan then goes through all of them
+
+    def _first_fit_from(self, row: int, sizes: list[int]) -> int:
+        """The first row from ``row`` on with room for ``sizes`` tokens per stream, or the number of rows."""
+        first, last, rows = self._used[0], self._used[-1], len(self._used[0])
+        first_room, last_room = self.capacity[0] - sizes[0], self.capacity[-1] - sizes[-1]
+        while row < rows and (first[row] > first_room or last[row] > last_room):
+            row += 1
         return row
 
-    def attach(self, example: Example) -> None:
-        """The tokens of the example just placed, which must have the sizes it was placed with."""
+    def attach(self, example: Example, placement: int = -1) -> None:
+        """The tokens of the ``placement``-th example placed (default: the last), which must have the sizes it
+        was placed with."""
         parts = self.converter.parts(example)
-        sizes = tuple(p.size for p in parts)
-        if sizes != self._reserved[3]:
-            raise T2TError(f"an example of {sizes} tokens per stream was placed as {self._reserved[3]}; a token "
-                           f"preprocessor's output_lengths does not match what it produces: fix it or remove it.")
-        self._keep(parts, example)
-
-    def _keep(self, parts: tuple[np.ndarray, ...], example: Example) -> None:
-        row, segment, starts, _ = self._reserved
-        self._placed.append(row, segment, starts, parts, example)
-        self._reserved = None
-
-    def _first_fit(self, sizes: tuple[int, ...]) -> int:
-        """The first row with room for ``sizes`` tokens in every stream, or -1."""
-        if not self.rows_used:
-            return -1
-        fits = None
-        for used, capacity, size in zip(self._used, self.capacity, sizes):
-            room = used[:self.rows_used] <= capacity - size
-            fits = room if fits is None else fits & room
-        row = int(fits.argmax())
-        return row if fits[row] else -1
-
-    def _new_row(self) -> int:
-        if self.rows_used == self._used[0].size:  # only without a batch size: grow
-            self._used = [np.concatenate([used, np.zeros_like(used)]) for used in self._used]
-        self._examples_in_row.append(0)
-        return self.rows_used - 1
+        sizes = [p.size for p in parts]
+        if sizes != self._sizes[placement]:
+            raise T2TError(f"an example of {sizes} tokens per stream was placed as {self._sizes[placement]}; a "
+                           f"token preprocessor's output_lengths does not match what it produces: fix it or "
+                           f"remove it.")
+        self._attached.append((placement % len(self._rows), parts, example))
 
     def flush(self) -> dict[str, torch.Tensor]:
         """The batch so far (padded to ``batch_size`` rows) as ``torch.LongTensor``s; the packer is emptied."""
         rows = self.batch_size if self.batch_size is not None else max(self.rows_used, 1)
         arrays = self.converter.allocate(rows)
-        if len(self._placed):
-            self.converter.fill(arrays, self._placed)
+        if self._attached:
+            self.converter.fill(arrays, self._placed())
         self._reset()
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+    def _placed(self) -> Placed:
+        """The attached examples, where they went."""
+        rows = np.asarray(self._rows, dtype=np.int64)
+        segments, starts = segments_and_starts(rows, np.asarray(self._sizes, dtype=np.int64))
+        which = np.fromiter((placement for placement, _, _ in self._attached), np.int64, len(self._attached))
+        return Placed(rows[which], segments[which], starts[which], [parts for _, parts, _ in self._attached],
+                      [example for _, _, example in self._attached])

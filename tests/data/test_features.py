@@ -6,7 +6,7 @@ import torch
 
 from t2t.errors import T2TError
 from t2t.data.features import (DecoderOnlyLMFeatureConverter, EncDecFeatureConverter, Packer,
-                          PrefixLMFeatureConverter, get_converter)
+                               PrefixLMFeatureConverter, get_converter, segments_and_starts)
 
 A = {"inputs": np.array([7, 8, 5, 1]), "targets": np.array([3, 9, 1])}
 B = {"inputs": np.array([8, 4, 9, 3, 1]), "targets": np.array([4, 1])}
@@ -180,3 +180,71 @@ def test_training_batches_start_the_decoder_with_the_models_start_id():
         batch = next(iter(build_train_batches(task.name, vocab=tiny_vocabulary(), batch_size=2, input_length=8,
                                               target_length=4, pack=False, decoder_start_id=7)))
     assert batch["decoder_input_tokens"][:, 0].tolist() == [7, 7]
+
+
+def _first_fit(sizes, capacity, batch_size, pack):
+    """The rows of a run of examples placed one by one, and where each starts: the definition, in plain Python."""
+    used, rows, starts = [], [], []
+    for example in sizes:
+        fits = [r for r, u in enumerate(used) if pack and all(a + b <= c for a, b, c in zip(u, example, capacity))]
+        if fits:
+            row = fits[0]
+        elif batch_size is None or len(used) < batch_size:
+            row = len(used)
+            used.append([0] * len(capacity))
+        else:
+            break
+        rows.append(row)
+        starts.append(list(used[row]))
+        used[row] = [a + b for a, b in zip(used[row], example)]
+    return rows, starts
+
+
+@pytest.mark.parametrize("architecture", ["encoder_decoder", "prefix_lm"])
+@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("batch_size", [16, None])
+def test_placing_a_run_of_examples_is_first_fit_one_by_one(architecture, pack, batch_size):
+    """``place_many`` (bounds for the whole run, then a scan past the rows filled since) places every example
+    where plain first fit puts it, stops at the first that does not fit, and the segments and starts written
+    follow; placing them one at a time with ``place`` gives the same."""
+    converter = get_converter(architecture, 40, 12, pack=pack)
+    rng = np.random.default_rng(7)
+    lengths = {"inputs": rng.integers(0, 41, 600) ** 2 // 40, "targets": rng.integers(1, 13, 600)}
+    sizes = np.stack(converter.part_sizes(lengths), axis=1)  # many small examples, some of a whole row
+    rows, starts = _first_fit(sizes.tolist(), converter.lengths(), batch_size, pack)
+    assert (len(rows) == 600) == (batch_size is None)  # a bounded batch fills up
+    together, one_by_one = Packer(converter, batch_size), Packer(converter, batch_size)
+    placed = together.place_many(sizes[:250])
+    assert placed + (together.place_many(sizes[250:]) if len(placed) == 250 else []) == rows
+    assert [one_by_one.place(tuple(s)) for s in sizes[:len(rows)]] == rows
+    if batch_size is not None:
+        assert one_by_one.place(tuple(sizes[len(rows)])) is None and len(one_by_one) == len(rows)
+    if pack:
+        assert len(set(rows)) < len(rows)  # rows hold several examples: the scans were exercised
+    examples = [{"inputs": np.full(min(i, 40), 3 + n % 50), "targets": np.full(t, 3 + n % 50)}
+                for n, (i, t) in enumerate(zip(lengths["inputs"], lengths["targets"]))][:len(rows)]
+    for n, example in enumerate(examples):
+        together.attach(example, n)
+    batch = together.flush()
+    tokens = batch["decoder_target_tokens" if architecture == "prefix_lm" else "encoder_input_tokens"]
+    for n, (row, start) in enumerate(zip(rows, starts)):
+        size = sizes[n][0]
+        assert torch.all(tokens[row, start[0]:start[0] + size] == 3 + n % 50), n
+    assert int((tokens != 0).sum()) == int(sizes[:len(rows), 0].sum())
+
+
+def test_segments_and_starts_follow_the_order_of_placement():
+    rows = np.array([0, 1, 0, 2, 1, 0])
+    sizes = np.array([[3, 1], [5, 2], [2, 2], [4, 1], [1, 1], [1, 3]])
+    segments, starts = segments_and_starts(rows, sizes)
+    assert segments.tolist() == [1, 1, 2, 1, 2, 3]
+    assert starts.tolist() == [[0, 0], [0, 0], [3, 1], [0, 0], [5, 2], [5, 3]]
+
+
+def test_a_packer_refuses_more_than_two_streams():
+    class ThreeStreams(EncDecFeatureConverter):
+        def lengths(self):
+            return 4, 4, 4
+
+    with pytest.raises(T2TError, match="one or two streams"):
+        Packer(ThreeStreams(4, 4, pack=True), 2)
