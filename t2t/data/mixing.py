@@ -141,9 +141,11 @@ class MixtureSampler:
     """Which task each global position draws from, and how many draws each task has had.
 
     ``next_task()`` returns the task name for the current position and advances; ``counters[name]`` counts
-    that task's draws before the current position. ``state_dict()`` / ``load_state_dict()`` save and restore
-    both. With one task the draw is skipped (every position belongs to it). Tasks are drawn for a block of
-    ``BLOCK`` positions at once (``position_uniforms``), the same draws as one at a time.
+    that task's draws before the current position. ``ahead(n)`` tells the next ``n`` positions' tasks and draw
+    counters without advancing, and ``advance(tasks)`` moves past them. ``state_dict()`` /
+    ``load_state_dict()`` save and restore both. With one task the draw is skipped (every position belongs to
+    it). Tasks are drawn for a block of ``BLOCK`` positions at once (``position_uniforms``), the same draws as
+    one at a time.
     """
 
     BLOCK = 1024
@@ -161,11 +163,28 @@ class MixtureSampler:
     def task_at(self, position: int) -> str:
         if len(self.names) == 1:
             return self.names[0]
-        start = position - position % self.BLOCK
-        if start != self._block_start:
-            uniforms = position_uniforms(self.seed, start, self.BLOCK)
-            self._block_start, self._block_tasks = start, np.searchsorted(self.cumulative, uniforms, side="right")
-        return self.names[self._block_tasks[position - start]]
+        block = self._load_block(position)
+        return self.names[self._block_tasks[position - block]]
+
+    def _task_indices(self, start: int, count: int) -> np.ndarray:
+        """The task (an index into ``names``) at positions ``start … start + count - 1``."""
+        if len(self.names) == 1:
+            return np.zeros(count, np.int64)
+        pieces, position, end = [np.zeros(0, np.int64)], start, start + count
+        while position < end:
+            block = self._load_block(position)
+            stop = min(block + self.BLOCK, end)
+            pieces.append(self._block_tasks[position - block:stop - block])
+            position = stop
+        return np.concatenate(pieces)
+
+    def _load_block(self, position: int) -> int:
+        """Draw the tasks of the block that holds ``position`` (kept until another block is needed); its start."""
+        block = position - position % self.BLOCK
+        if block != self._block_start:
+            uniforms = position_uniforms(self.seed, block, self.BLOCK)
+            self._block_start, self._block_tasks = block, np.searchsorted(self.cumulative, uniforms, side="right")
+        return block
 
     def next_task(self) -> tuple[str, int]:
         """``(task name, that task's draw counter)`` for the current position; then advance."""
@@ -174,6 +193,22 @@ class MixtureSampler:
         self.counters[name] = count + 1
         self.position += 1
         return name, count
+
+    def ahead(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``count`` positions without advancing: each one's task (an index into ``names``) and that
+        task's draw counter there."""
+        tasks = self._task_indices(self.position, count)
+        draws = np.empty(count, np.int64)
+        for index, name in enumerate(self.names):
+            mine = tasks == index
+            draws[mine] = self.counters[name] + np.arange(np.count_nonzero(mine))
+        return tasks, draws
+
+    def advance(self, tasks: np.ndarray) -> None:
+        """Move past the next ``len(tasks)`` positions, whose tasks ``ahead`` gave."""
+        for index, count in enumerate(np.bincount(tasks, minlength=len(self.names)).tolist()):
+            self.counters[self.names[index]] += count
+        self.position += len(tasks)
 
     def state_dict(self) -> dict:
         return {"position": self.position, "counters": dict(self.counters), "seed": self.seed,

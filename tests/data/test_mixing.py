@@ -60,6 +60,20 @@ def test_stream_is_a_pure_function_of_seed_and_position():
     assert [other.next_task()[0] for _ in range(200)] != [name for name, _ in stream[:200]]
 
 
+@pytest.mark.parametrize("rates", [{"a": 1.0, "b": 1.0, "c": 2.0}, {"only": 1.0}])
+def test_looking_ahead_tells_the_tasks_and_counters_that_next_task_gives(rates):
+    """``ahead(n)`` (across the sampler's blocks of positions) leaves the sampler where it was, and gives what n
+    calls of ``next_task`` give; ``advance`` moves exactly as far."""
+    sampler, reference = MixtureSampler(rates, seed=5), MixtureSampler(rates, seed=5)
+    for n in (700, 1, 2500, 300):  # 0 … 3500: three block boundaries crossed, one run longer than a block
+        tasks, counts = sampler.ahead(n)
+        assert sampler.position == reference.position and sampler.counters == reference.counters
+        assert [(sampler.names[t], c) for t, c in zip(tasks.tolist(), counts.tolist())] == \
+            [reference.next_task() for _ in range(n)]
+        sampler.advance(tasks)
+        assert sampler.state_dict() == reference.state_dict()
+
+
 def test_sampler_resume():
     rates = {"a": 2.0, "b": 1.0}
     sampler = MixtureSampler(rates, seed=1)
