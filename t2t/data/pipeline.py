@@ -3,7 +3,8 @@
     tokenized split (``t2t.data.tokenized``: cached, source order)
       ─ per-epoch seeded permutation ─ token_preprocessors(rng per draw) ─ trim, EOS last ─► sampler
     sampler (global positions) ─ features.Packer (pad or pack the global batch) ─ rank r takes rows r, r+W, …
-    (a rank draws only its rows' examples when their lengths are known without drawing: ``TaskStream.sizes``)
+    (a rank draws only its rows' examples when their lengths are known without drawing:
+    ``TaskStream.declared_lengths``)
 
 A draw is addressed by (task, count): the cached split is the task's examples *after* its text preprocessors,
 one-to-many ones included, so a resumed stream indexes the same expanded list. Streaming sources
@@ -25,13 +26,15 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from t2t.errors import T2TError
-from t2t.data.features import get_converter
+from t2t.data.features import Packer, get_converter
 from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
 from t2t.data.sources import DataNotFoundError
 from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
 from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos, trimmed_lengths
 
 log = logging.getLogger(__name__)
+
+_NOT_LOOKED_UP = -2  # TaskStream's mark for an example whose lengths were not asked for yet
 
 STATE_FORMAT = "t2t.data.pipeline/2"  # /1 held one sampler state per rank (each rank packed its own rows)
 
@@ -52,7 +55,8 @@ class TaskStream:
         self.max_tokens = max_tokens
         self.streaming = bool(getattr(task.source, "streaming", False))
         self.trim_warned = False
-        self._perm_epoch, self._perm = -1, None
+        self._permutations: dict[int, np.ndarray] = {}  # the last few epochs' (draws look a batch ahead)
+        self._epochs_logged = 0
         if self.streaming:
             self.epoch, self.epoch_start = 0, 0
             self._restart()
@@ -60,7 +64,8 @@ class TaskStream:
             self.data = tokenized_split(task, split, vocab, data_dir, sequence_length)
             if max_tokens is not None:
                 self.data = self.data[:len(list(self._within_budget(self.data)))]
-            self._sizes: list[dict | None] = [None] * len(self.data)
+            # the lengths of each example's draws (the same every epoch), looked up when first asked for
+            self._lengths = {key: np.full(len(self.data), _NOT_LOOKED_UP, np.int32) for key in ("inputs", "targets")}
             self._warn_long_examples()
 
     def _within_budget(self, examples):
@@ -127,12 +132,27 @@ class TaskStream:
 
     def _locate(self, count: int) -> tuple[int, int, int]:
         """``(epoch, index within the epoch, index into the cached data)`` of draw ``count``."""
-        n = len(self.data)
-        epoch, index = divmod(count, n)
-        if epoch != self._perm_epoch:
-            self._perm_epoch, self._perm = epoch, epoch_permutation(self.seed, self.task.name, epoch, n)
-            self._log_repeat(epoch, n)
-        return epoch, index, int(self._perm[index])
+        epoch, index = divmod(count, len(self.data))
+        return epoch, index, int(self._permutation(epoch)[index])
+
+    def _items(self, counts: np.ndarray) -> np.ndarray:
+        """The index into the cached data of each of draws ``counts``."""
+        epochs, indices = np.divmod(counts, len(self.data))
+        items = np.empty_like(counts)
+        for epoch in np.unique(epochs).tolist():
+            mine = epochs == epoch
+            items[mine] = self._permutation(epoch)[indices[mine]]
+        return items
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._permutations:
+            if len(self._permutations) == 4:
+                del self._permutations[min(self._permutations)]
+            self._permutations[epoch] = epoch_permutation(self.seed, self.task.name, epoch, len(self.data))
+            if epoch > self._epochs_logged:
+                self._epochs_logged = epoch
+                self._log_repeat(epoch, len(self.data))
+        return self._permutations[epoch]
 
     def draw(self, count: int) -> dict:
         """Draw ``count`` as model-ready ``{"inputs", "targets"}`` ids (random stage applied, trimmed, EOS)."""
@@ -149,15 +169,20 @@ class TaskStream:
                         "trims of this task are not reported)", self.task.name, self.sequence_length)
         return out
 
-    def sizes(self, count: int) -> dict[str, int] | None:
-        """The lengths of ``draw(count)``'s features, without drawing it, when its token preprocessors declare
-        their output lengths (``declared_output_lengths``; trivially without any); None otherwise."""
-        if self.streaming or self.task.token_preprocessors:
-            return self._sizes_of(self.raw(count)[0])
-        item = self._locate(count)[2]  # the same every epoch, and asked for every draw by every rank: kept
-        if self._sizes[item] is None:
-            self._sizes[item] = self._sizes_of(self.data[item])
-        return self._sizes[item]
+    def declared_lengths(self, counts: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The lengths of the ``inputs`` and ``targets`` that ``draw`` gives for each of draws ``counts``, without
+        drawing them: -1 for an example whose token preprocessors do not declare their output lengths
+        (``declared_output_lengths``; trivially known without any). None when the stream cannot tell without
+        drawing: a streaming source, or a task without both features."""
+        if self.streaming or not {"inputs", "targets"} <= set(self.task.output_features):
+            return None
+        items = self._items(counts)
+        # declared lengths depend on an example's lengths only, so each example's are the same every epoch: kept
+        for item in np.unique(items[self._lengths["inputs"][items] == _NOT_LOOKED_UP]).tolist():
+            lengths = self._sizes_of(self.data[item]) or {}
+            for key, table in self._lengths.items():
+                table[item] = lengths.get(key, -1)
+        return {key: table[items] for key, table in self._lengths.items()}
 
     def _sizes_of(self, example: dict) -> dict[str, int] | None:
         lengths: dict[str, int] | None = {k: np.size(example[k]) for k in self.task.output_features if k in example}
@@ -207,6 +232,9 @@ class _Peeked:
 class TrainBatches:
     """An endless, deterministic, resumable iterable of model-feature batches (see ``build_train_batches``)."""
 
+    LOOKAHEAD = 512  # positions whose tasks and declared lengths are looked up together
+    _NO_WINDOW = (0, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 0), np.int64))
+
     def __init__(self, name: str, *, vocab, batch_size: int, input_length: int, target_length: int,
                  pack: bool = True, seed: int = 0, data_dir=None, rank: int = 0, world_size: int = 1,
                  skip_unavailable: bool = False, split: str = "train", architecture: str = "encoder_decoder",
@@ -233,6 +261,7 @@ class TrainBatches:
         self.rates = rates
         self.sampler = MixtureSampler(rates, seed)
         self._peeked: _Peeked | None = None
+        self._window = self._NO_WINDOW
 
     # -- members and their data
     def _open_members(self, item: Task | Mixture, vocab, data_dir, skip_unavailable: bool):
@@ -292,35 +321,61 @@ class TrainBatches:
         self.sampler.next_task()
         self._peeked = None
 
-    def _declared_part_sizes(self) -> tuple[int, ...] | None:
-        """The current example's token counts per stream as its task declares them (``TaskStream.sizes``), so
-        that it can be placed without being drawn; None when they are not declared."""
-        name = self.sampler.task_at(self.sampler.position)
-        lengths = self.streams[name].sizes(self.sampler.counters[name])
-        if lengths is None or "inputs" not in lengths or "targets" not in lengths:
-            return None
-        return self.converter.part_sizes(lengths)
-
     def next_global_batch(self, rank_only: bool = False) -> dict:
         """The next batch of all ``batch_size`` rows, packed (or padded) from the global stream. ``rank_only``
-        fills only this rank's rows: every example is placed, but those whose lengths the task declares are
+        fills only this rank's rows: every example is placed, but those whose lengths their task declares are
         drawn only when they land in one of them."""
         packer = self.converter.packer(self.batch_size)
-        while True:
-            if not self.pack and packer.rows_used == self.batch_size:
-                break
-            sizes = self._declared_part_sizes() if rank_only else None
-            if sizes is None:
-                if not packer.add(self._peek()):
-                    break  # held back: the state still points at it
-            else:
-                row = packer.place(sizes)
-                if row is None:
-                    break
-                if row % self.world_size == self.rank:
-                    packer.attach(self._peek())
-            self._advance()
+        while self._place_declared(packer, rank_only) and self._place_drawn(packer):
+            pass
         return packer.flush()
+
+    def _place_declared(self, packer: Packer, rank_only: bool) -> bool:
+        """Place the examples from the current position on whose lengths their tasks declare, together
+        (``Packer.place_many``), drawing those in this rank's rows (all with ``rank_only`` False). True when it
+        stopped at an example whose lengths are not declared, False when one did not fit (the batch is done)."""
+        while True:
+            tasks, counts, sizes = self._lookahead()
+            undeclared = np.flatnonzero(sizes[:, 0] < 0)
+            declared = int(undeclared[0]) if undeclared.size else len(sizes)
+            first = len(packer)
+            rows = packer.place_many(sizes[:declared])
+            for i, row in enumerate(rows):
+                if not rank_only or row % self.world_size == self.rank:
+                    stream = self.streams[self.sampler.names[tasks[i]]]
+                    packer.attach(stream.draw(int(counts[i])), first + i)
+            self.sampler.advance(tasks[:len(rows)])
+            if len(rows) < declared:
+                return False  # held back: the state points at it
+            if declared < len(sizes):
+                return True
+
+    def _place_drawn(self, packer: Packer) -> bool:
+        """Draw the current example and place it; False when it did not fit (the batch is done)."""
+        if not self.pack and packer.rows_used == self.batch_size:
+            return False  # full: no need to draw the next one
+        if not packer.add(self._peek()):
+            return False  # held back: the state still points at it
+        self._advance()
+        return True
+
+    def _lookahead(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """From the current position on (``LOOKAHEAD`` at a time, kept until passed): each position's task (an
+        index into the sampler's names), its draw counter, and its token counts per stream as its task declares
+        them (``converter.part_sizes``), -1 where they are not declared."""
+        start, tasks, counts, sizes = self._window
+        offset = self.sampler.position - start
+        if not 0 <= offset < len(tasks):
+            tasks, counts = self.sampler.ahead(self.LOOKAHEAD)
+            sizes = np.full((len(tasks), len(self.converter.lengths())), -1, np.int64)
+            for index, name in enumerate(self.sampler.names):
+                mine = np.flatnonzero(tasks == index)
+                lengths = self.streams[name].declared_lengths(counts[mine]) if mine.size else None
+                if lengths is not None:
+                    known = (lengths["inputs"] >= 0) & (lengths["targets"] >= 0)
+                    sizes[mine[known]] = np.stack(self.converter.part_sizes(lengths), axis=1)[known]
+            self._window, offset = (self.sampler.position, tasks, counts, sizes), 0
+        return tasks[offset:], counts[offset:], sizes[offset:]
 
     def next_batch(self) -> dict:
         """This rank's rows of the next global batch: rows ``rank, rank + W, …`` (see ``global_rows``)."""
@@ -364,7 +419,7 @@ class TrainBatches:
         for name, stream in self.streams.items():
             if stream.streaming:
                 stream.load_state_dict(state["streams"][name])
-        self._peeked = None
+        self._peeked, self._window = None, self._NO_WINDOW
 
 
 def check_mixing(item: Task | Mixture, maximum: float | None, temperature: float | None) -> tuple:

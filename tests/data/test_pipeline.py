@@ -171,6 +171,68 @@ def test_ranks_draw_only_the_examples_of_their_rows_when_lengths_are_declared(vo
             assert all(len(d) >= placed for d in drawn)
 
 
+@pytest.fixture
+def every_kind_of_member(vocab, tasks):
+    """A mixture of a cached task without token preprocessors, one whose objective declares its lengths (span
+    corruption), one whose objective draws them (prefix LM) and a streaming source."""
+    rows = _rows(9, "stream")
+    members = [_text_task("pipe_spans", preprocessors.span_corruption),
+               _text_task("pipe_prefix", preprocessors.prefix_lm),
+               Task("pipe_streamed", GeneratorSource(lambda split: iter(rows), streaming=True))]
+    mixture = Mixture("pipe_every_kind", [("pipe_a", 1.0), ("pipe_spans", 1.0), ("pipe_prefix", 1.0),
+                                          ("pipe_streamed", 1.0)])
+    with temporarily_registered(*members, mixture):
+        yield mixture.name
+
+
+def test_declared_lengths_are_the_lengths_drawn(vocab, every_kind_of_member):
+    """What a task stream says of its draws' lengths without drawing them, over three epochs: exact where its
+    token preprocessors declare them (or it has none), -1 where they draw them, None for a streaming source."""
+    streams = _build(vocab, every_kind_of_member, input_length=24, target_length=12).streams
+    for name, expected in [("pipe_a", "drawn"), ("pipe_spans", "drawn"), ("pipe_prefix", -1), ("pipe_streamed", None)]:
+        stream = streams[name]
+        if expected is None:
+            assert stream.declared_lengths(np.arange(5)) is None
+            continue
+        counts = np.arange(3 * len(stream.data))[::-1].copy()  # epochs out of order, each example three times
+        lengths = stream.declared_lengths(counts)
+        for key in ("inputs", "targets"):
+            drawn = [len(stream.draw(int(c))[key]) for c in counts] if expected == "drawn" else [-1] * len(counts)
+            assert lengths[key].tolist() == drawn, (name, key)
+        if name == "pipe_spans":
+            assert any(len(stream.draw(0)["inputs"]) != len(stream.draw(c)["inputs"]) for c in counts)
+
+
+def _packed_one_by_one(batches, n):
+    """``n`` batches by the definition: the global stream's examples (``next_examples``) added one at a time to a
+    packer, the one that does not fit starting the next batch."""
+    packer, out, held = batches.converter.packer(batches.batch_size), [], None
+    while len(out) < n:
+        example = held or batches.next_examples(1)[0]
+        held = None
+        if not packer.add(example):
+            out.append(packer.flush())
+            held = example
+    return out
+
+
+@pytest.mark.parametrize("architecture", ["encoder_decoder", "prefix_lm"])
+@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("lookahead", [512, 5])
+def test_batches_are_the_stream_packed_one_example_at_a_time(vocab, every_kind_of_member, pack, architecture,
+                                                              lookahead):
+    """Examples whose lengths are declared are placed a run at a time from their declared lengths, the others
+    drawn first and placed one by one: the batches are those of placing every example in turn (also when the
+    positions looked ahead end often, inside batches and at undeclared examples)."""
+    build = functools.partial(_build, vocab, every_kind_of_member, batch_size=6, input_length=40, target_length=16,
+                              pack=pack, architecture=architecture)
+    batches = build()
+    batches.LOOKAHEAD = lookahead
+    expected = _packed_one_by_one(build(), 12)
+    assert _same(_take(batches, 12), expected)
+    assert {name: count > 0 for name, count in batches.sampler.counters.items()} == dict.fromkeys(batches.streams, True)
+
+
 def test_a_token_preprocessor_whose_declared_lengths_are_wrong_is_named(vocab):
     def lying(features, rng, *, vocab, sequence_length):
         return preprocessors.denoise(features, rng, vocab=vocab, sequence_length=sequence_length)
