@@ -341,7 +341,10 @@ class Packer:
             for used in self._used:
                 used += [0] * (self.rows_used + len(sizes) - len(used))
         first, last = self._used[0], self._used[-1]  # all the streams: one, or the encoder's and the decoder's
-        bounds = self._first_fits(sizes) if self.converter.pack else itertools.repeat(None)
+        if not self.converter.pack:
+            bounds = itertools.repeat(None)
+        else:  # one example: scanning the rows from the first costs less than numpy's compare
+            bounds = self._first_fits(sizes) if len(sizes) > 1 else [0]
         placed = len(self._rows)
         for bound, example_sizes in zip(bounds, sizes.tolist()):
             row = self.rows_used if bound is None else self._first_fit_from(bound, example_sizes)
