@@ -178,10 +178,10 @@ class TaskStream:
             return None
         items = self._items(counts)
         # declared lengths depend on an example's lengths only, so each example's are the same every epoch: kept
-        for item in np.unique(items[self._lengths["inputs"][items] == _NOT_LOOKED_UP]).tolist():
-            lengths = self._sizes_of(self.data[item]) or {}
-            for key, table in self._lengths.items():
-                table[item] = lengths.get(key, -1)
+        unknown = np.unique(items[self._lengths["inputs"][items] == _NOT_LOOKED_UP])
+        found = [self._sizes_of(self.data[item]) or {} for item in unknown.tolist()]
+        for key, table in self._lengths.items():
+            table[unknown] = [lengths.get(key, -1) for lengths in found]
         return {key: table[items] for key, table in self._lengths.items()}
 
     def _sizes_of(self, example: dict) -> dict[str, int] | None:
