@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -122,7 +123,8 @@ class Tokens(NamedTuple):
         return last
 
 
-class Placed(NamedTuple):
+@dataclass(frozen=True)
+class Placed:
     """Where a batch's examples went: row, segment number (1, 2, … within the row) and start in each stream
     (arrays, one entry or row per example), with each example's parts per stream."""
 
