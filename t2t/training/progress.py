@@ -95,7 +95,7 @@ class ProgressBar:
 
     def show(self, record: dict) -> None:
         postfix = {"loss": f"{record['loss']:.4f}", "lr": f"{record['learning_rate']:.2e}",
-                   "tok/s": f"{record['tokens_per_second']:,.0f}"}
+                   "tok/s": f"{record['tokens_per_second']:,.0f}", "data wait": f"{record['data_wait_share']:.1%}"}
         self.bar.set_postfix(postfix)
         if not self.enabled:
             return

@@ -285,12 +285,15 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
     """Steps from ``trainer.step`` to ``train_steps``: log, evaluate and save on their schedules."""
     cfg, run_dir = trainer.cfg, trainer.run_dir
     batch_iter = iter(trainer.batches)
-    window_tokens, window_start = 0, time.perf_counter()
+    window_tokens, window_waiting, window_start = 0, 0.0, time.perf_counter()
     trainer.trainable.apply(trainer.step)
     log.info(describe_trainable(trainer.model))
     while trainer.step < cfg.train_steps:
         trainer.trainable.apply(trainer.step)
-        micro_batches = split_rows(next(batch_iter), trainer.batches.global_rows(), cfg.grad_accum_steps)
+        asked = time.perf_counter()
+        batch = next(batch_iter)  # the step's wait for its data: ~0 when batches are made ahead fast enough
+        window_waiting += time.perf_counter() - asked
+        micro_batches = split_rows(batch, trainer.batches.global_rows(), cfg.grad_accum_steps)
         loss, tokens = train_step(trainer.objective, micro_batches, trainer.optimizer, cfg, trainer.device,
                                   trainer.step)
         trainer.scheduler.step()
@@ -305,12 +308,13 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
         if step % cfg.log_every == 0 or evaluate_now or last:
             elapsed = time.perf_counter() - window_start
             record = {"step": step, "loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
-                      "tokens_per_second": window_tokens / max(elapsed, 1e-9)}
+                      "tokens_per_second": window_tokens / max(elapsed, 1e-9),
+                      "data_wait_share": window_waiting / max(elapsed, 1e-9)}
             if evaluate_now:
                 record.update(evaluator(trainer.model))
             metrics_log.write(record)
             progress.show(record)
-            window_tokens, window_start = 0, time.perf_counter()
+            window_tokens, window_waiting, window_start = 0, 0.0, time.perf_counter()
         if save_now:
             save_checkpoint(trainer)
             if distributed.is_main():

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -90,6 +91,19 @@ def test_losses_are_recorded_and_fall(copy_task, tmp_path, monkeypatch):
     assert (tmp_path / "run" / "metrics.png").stat().st_size > 1000
     saved = checkpoint.read_settings(tmp_path / "run")
     assert (saved["mixture"], saved["train_steps"], saved["optimizer"]["name"]) == (TASK, 12, "adamw")
+
+
+def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path, monkeypatch, capsys):
+    """Each logged window says which share of its time the steps waited for their batches: with batches that take
+    0.2 s to make, most of it; the plain progress line shows it."""
+    from t2t.data.pipeline import TrainBatches
+
+    make = TrainBatches.next_batch
+    monkeypatch.setattr(TrainBatches, "next_batch", lambda self: time.sleep(0.2) or make(self))
+    records = train(settings(copy_task, tmp_path / "run", train_steps=3, save_every=3, batches_ahead=0))
+    assert all(0.5 < r["data_wait_share"] <= 1 for r in records), [r["data_wait_share"] for r in records]
+    shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step 3:")]
+    assert shown and f"data wait {records[-1]['data_wait_share']:.1%}" in shown[0]
 
 
 def test_evaluation_runs_on_its_own_schedule(copy_task, tmp_path):
