@@ -6,8 +6,10 @@
 #
 # tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
 # training and decoding, which use the GPU when there is one); bench: bench_peers.py (t5-small against
-# transformers and nai-t5, and t2t with fused projections, a few minutes), bench_precision.py and bench_gpu.py
-# (t5.1.1-base at nanoT5's setting against transformers, the longest) on the GPU. Exit status 1 if any failed.
+# transformers and nai-t5, and t2t with fused projections, a few minutes), bench_precision.py, bench_gpu.py
+# (t5.1.1-base at nanoT5's setting against transformers, the longest) and, where $T2T_DATA_DIR holds GLUE and
+# the vocabulary, bench_data_wait.py (real training steps on GLUE: do they wait for their batches?) on the GPU.
+# Exit status 1 if any failed.
 set -uo pipefail
 out=${1:-benchmarks/results}
 what=${2:-all}
@@ -28,5 +30,10 @@ if [[ $what != tests ]]; then  # the quick ones first: leases of GPU time are of
     fi
     python benchmarks/bench_precision.py --device cuda --out "$out/precision-cuda.json" || status=1
     python benchmarks/bench_gpu.py --out "$out/gpu.json" || status=1
+    if [[ -d ${T2T_DATA_DIR:-/nonexistent}/glue ]]; then
+        python benchmarks/bench_data_wait.py --out "$out/data-wait-cuda.json" || status=1
+    else
+        echo "no glue/ under \$T2T_DATA_DIR: bench_data_wait.py skipped (it trains on GLUE)"
+    fi
 fi
 exit $status

@@ -1,0 +1,71 @@
+"""Does a real training run wait for its data? The trainer's own ``data_wait_share`` with batches made ahead and
+without (run by hand, never a test).
+
+    T2T_DATA_DIR=../shared/data python benchmarks/bench_data_wait.py            # GPU: t5.1.1-base, GLUE, 128 × 512
+    T2T_DATA_DIR=../shared/data python benchmarks/bench_data_wait.py --model t5-tiny --batch-size 8 \\
+        --device cpu --precision fp32 --no-compile --steps 6 --log-every 2        # a smoke run anywhere
+
+Trains ``--model`` on ``--mixture`` (members without local data skipped) with ``t2t.training.train.train`` —
+the real pipeline, packing, loop, logging and a checkpoint at the last step — once with ``batches_ahead`` 2 (the
+CUDA default: a background thread packs two batches ahead) and once with 0 (each batch packed inside the step),
+and reads from each run's metrics the share of each logged window that the steps spent waiting for their
+batches, and the tokens/s, leaving out the first window (compilation, tokenization, warm-up). Where
+bench_pipeline.py's fourth part stands in for the GPU step with a sleep, this is the GPU step itself. Results:
+JSON on stdout and in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from t2t import config
+from t2t.training.train import TrainConfig, train
+
+RESULTS = Path(__file__).resolve().parent / "results" / "data-wait.json"
+
+
+def settings(args, ahead: int, out: str) -> TrainConfig:
+    return config.from_dict(TrainConfig, {
+        "mixture": args.mixture, "model": args.model, "output_dir": out, "train_steps": args.steps,
+        "batch_size": args.batch_size, "input_length": args.lengths[0], "target_length": args.lengths[1],
+        "pack": True, "log_every": args.log_every, "save_every": args.steps, "keep_checkpoints": 1,
+        "skip_unavailable": True, "precision": args.precision, "compile": not args.no_compile,
+        "device": args.device, "batches_ahead": ahead})
+
+
+def after_warm_up(records: list[dict]) -> dict:
+    kept = records[1:] or records
+    shares = [r["data_wait_share"] for r in kept]
+    return {"windows": len(kept), "data_wait_share_median": statistics.median(shares),
+            "data_wait_share_max": max(shares),
+            "tokens_per_second_median": statistics.median(r["tokens_per_second"] for r in kept)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mixture", default="glue_v002")
+    parser.add_argument("--model", default="t5.1.1-base")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--lengths", type=int, nargs=2, default=[512, 128], metavar=("INPUTS", "TARGETS"))
+    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "runs": {}}
+    for ahead in (2, 0):
+        with tempfile.TemporaryDirectory() as out:
+            result["runs"][f"batches_ahead_{ahead}"] = after_warm_up(train(settings(args, ahead, out)))
+    print(json.dumps(result, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
