@@ -172,7 +172,7 @@ def _fill_decoder_inputs(arrays: dict, tokens: Tokens, placed: Placed, pack: boo
 
 
 def _fill_segments(arrays: dict, stream: str, tokens: Tokens, placed: Placed) -> None:
-    arrays[f"{stream}_segment_ids"][tokens.row, tokens.column] = np.asarray(placed.segments, np.int64)[tokens.example]
+    arrays[f"{stream}_segment_ids"][tokens.row, tokens.column] = placed.segments[tokens.example]
     arrays[f"{stream}_positions"][tokens.row, tokens.column] = tokens.position
 
 

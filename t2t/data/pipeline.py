@@ -321,19 +321,19 @@ class TrainBatches:
         self.sampler.next_task()
         self._peeked = None
 
-    def next_global_batch(self, rank_only: bool = False) -> dict:
-        """The next batch of all ``batch_size`` rows, packed (or padded) from the global stream. ``rank_only``
-        fills only this rank's rows: every example is placed, but those whose lengths their task declares are
-        drawn only when they land in one of them."""
+    def next_global_batch(self) -> dict:
+        """The next batch of all ``batch_size`` rows, packed (or padded) from the global stream, in which this
+        rank's rows are filled (all of them in one process): every example is placed, but those whose lengths
+        their task declares are drawn only when they land in one of this rank's rows."""
         packer = self.converter.packer(self.batch_size)
-        while self._place_declared(packer, rank_only) and self._place_drawn(packer):
+        while self._place_declared(packer) and self._place_drawn(packer):
             pass
         return packer.flush()
 
-    def _place_declared(self, packer: Packer, rank_only: bool) -> bool:
+    def _place_declared(self, packer: Packer) -> bool:
         """Place the examples from the current position on whose lengths their tasks declare, together
-        (``Packer.place_many``), drawing those in this rank's rows (all with ``rank_only`` False). True when it
-        stopped at an example whose lengths are not declared, False when one did not fit (the batch is done)."""
+        (``Packer.place_many``), drawing those in this rank's rows. True when it stopped at an example whose
+        lengths are not declared, False when one did not fit (the batch is done)."""
         while True:
             tasks, counts, sizes = self._lookahead()
             undeclared = np.flatnonzero(sizes[:, 0] < 0)
@@ -341,7 +341,7 @@ class TrainBatches:
             first = len(packer)
             rows = packer.place_many(sizes[:declared])
             for i, row in enumerate(rows):
-                if not rank_only or row % self.world_size == self.rank:
+                if row % self.world_size == self.rank:
                     stream = self.streams[self.sampler.names[tasks[i]]]
                     packer.attach(stream.draw(int(counts[i])), first + i)
             self.sampler.advance(tasks[:len(rows)])
@@ -379,9 +379,9 @@ class TrainBatches:
 
     def next_batch(self) -> dict:
         """This rank's rows of the next global batch: rows ``rank, rank + W, …`` (see ``global_rows``)."""
+        batch = self.next_global_batch()
         if self.world_size == 1:
-            return self.next_global_batch()
-        batch = self.next_global_batch(rank_only=True)
+            return batch
         return {key: value[self.rank::self.world_size].contiguous() for key, value in batch.items()}
 
     def global_rows(self) -> list[int]:
