@@ -94,12 +94,13 @@ def test_losses_are_recorded_and_fall(copy_task, tmp_path, monkeypatch):
 
 
 def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path, monkeypatch, capsys):
-    """Each logged window says which share of its time the steps waited for their batches: with batches that take
-    0.2 s to make, most of it; the plain progress line shows it."""
+    """Each logged window (one step here) says which share of its time the step waited for its batch: with
+    batches that take 0.5 s to make and a tiny model's step of milliseconds, most of it; the plain progress
+    line shows it."""
     from t2t.data.pipeline import TrainBatches
 
     make = TrainBatches.next_batch
-    monkeypatch.setattr(TrainBatches, "next_batch", lambda self: time.sleep(0.2) or make(self))
+    monkeypatch.setattr(TrainBatches, "next_batch", lambda self: time.sleep(0.5) or make(self))
     records = train(settings(copy_task, tmp_path / "run", train_steps=3, save_every=3, batches_ahead=0))
     assert all(0.5 < r["data_wait_share"] <= 1 for r in records), [r["data_wait_share"] for r in records]
     shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step 3:")]
