@@ -60,7 +60,7 @@ class DecodingConfig:
     seed: int = 0                     # sampling: seed of the draws
     max_length: int | None = None     # most tokens decoded (eval: longest target, capped by the task's; predict: run's)
     input_length: int = 512           # inputs are cut to this many tokens, EOS kept last (seqio's trim, T5's 512)
-    compile: bool = False             # the decoding step through torch.compile (one graph per batch shape)
+    compile: bool = False             # the decoding step through torch.compile (one graph for all batches)
 
     def __post_init__(self):
         """The same ranges for t2t-eval, t2t-predict and Python callers."""

@@ -31,7 +31,8 @@ def _static_step(model, tokens, position, *cache_tensors):
 @functools.cache
 def compiled_static_step() -> Callable:
     """``T5.static_decode_step`` through torch.compile, made on first use (creating it loads torch._dynamo,
-    seconds that ``import t2t`` should not pay); it compiles once per model and batch shape."""
+    seconds that ``import t2t`` should not pay). Sizes are static except those ``_mark_varying_sizes`` names,
+    so a model compiles one graph for every batch (and one more for single rows, which dynamo specializes)."""
     return torch.compile(_static_step, fullgraph=True, dynamic=False)
 
 
@@ -42,13 +43,33 @@ def decoding_step(model, compile: bool = False) -> Callable:
         return model.decode_step
 
     def step(tokens: torch.Tensor, cache) -> torch.Tensor:
+        tokens = tokens.contiguous()  # beam search's are a strided view: another layout, another graph
         position = torch.tensor([cache.length], device=tokens.device)
+        _mark_varying_sizes(tokens, cache)
         with packed_weights(cache.packed_weights):  # as in ``T5.decode_step``
             logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         cache.length += 1
         return logits
 
     return step
+
+
+def _mark_varying_sizes(tokens: torch.Tensor, cache) -> None:
+    """Mark as symbolic the sizes that vary from one batch to the next — rows, the cache's length (set by
+    ``max_new_tokens`` and a decoder-only model's prefix) and the encoder's input length — so that
+    evaluation, which pads each batch to its longest input, does not compile a graph per batch (static
+    sizes hit dynamo's limit of 8 graphs a function within one task, and with ``fullgraph`` that fails)."""
+    mark = torch._dynamo.maybe_mark_dynamic
+    mark(tokens, 0)
+    for buffer in cache.self_k + cache.self_v:  # [B, H, max_len, d_kv]
+        mark(buffer, [0, 2])
+    mark(cache.self_bias_table, [2, 3])  # [1, H, max_len, max_len]
+    if cache.key_valid is not None:  # [B, max_len]
+        mark(cache.key_valid, [0, 1])
+    for keys_or_values in cache.cross_k + cache.cross_v:  # [B, H, S, d_kv]
+        mark(keys_or_values, [0, 2])
+    if cache.cross_bias is not None:  # [B, 1, 1, S]
+        mark(cache.cross_bias, [0, 3])
 
 
 @torch.no_grad()

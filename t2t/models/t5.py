@@ -744,9 +744,9 @@ class T5(nn.Module):
                            cross_v, cross_bias) -> torch.Tensor:
         """``decode_step`` at ``position`` ([1] long tensor) over ``DecoderCache.tensors()``, with shapes that do
         not change from one position to the next: every step attends over the whole preallocated cache, the
-        keys not written yet masked by the causal bias table, so ``torch.compile`` makes one graph per batch
-        shape instead of one per position (``t2t.models.decoding``, ``compile=True``). Does not advance
-        ``cache.length``."""
+        keys not written yet masked by the causal bias table, so ``torch.compile`` makes one graph for all
+        positions rather than one per position (and for all batches: ``t2t.models.decoding``, ``compile=True``).
+        Does not advance ``cache.length``."""
         x = self.decoder.dropout(self.shared(tokens[:, None]))  # [B, 1, d]
         bias = bias_table.index_select(2, position)  # [1, H, 1, max_len]
         if key_valid is not None:

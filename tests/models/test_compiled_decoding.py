@@ -1,13 +1,15 @@
 """Decoding with compile=True (the static-shape decoding step through torch.compile) gives the tokens of the
-eager step, for greedy and beam search, and for an encoder-decoder and a decoder-only model; on the GPU where
-there is one (benchmarks/run_gpu.sh runs this file there)."""
+eager step, for greedy and beam search, and for an encoder-decoder and a decoder-only model, with one graph
+for batches of every size; on the GPU where there is one (benchmarks/run_gpu.sh runs this file there)."""
 
 import pytest
 import torch
 
+from t2t.evaluation.evaluate import DecodingConfig, evaluate_task
 from t2t.models import kernels
 from t2t.models.decoding import decoding_step
 from t2t.models.t5 import T5, ModelConfig
+from t2t.testing import in_memory_task, tiny_vocabulary
 
 pytestmark = pytest.mark.integration  # torch.compile takes tens of seconds on 2 cores
 
@@ -47,3 +49,40 @@ def test_compiled_greedy_and_beam_search_give_the_eager_tokens(architecture):
         eager = model.generate(x, max_new_tokens=12, **kwargs)
         compiled = model.generate(x, max_new_tokens=12, compile=True, **kwargs)
         assert torch.equal(compiled, eager), kwargs
+
+
+@pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only"])
+def test_one_graph_decodes_batches_of_every_size(architecture):
+    """Rows, input lengths, decoding lengths and beams vary from one batch to the next (evaluation pads each
+    batch to its longest input); with static sizes the second batch below would need a second graph, past
+    the limit of one set here, and fail (FailOnRecompileLimitHit, since the step compiles with fullgraph)."""
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY, architecture=architecture)).eval().to(DEVICE)
+    torch.compiler.reset()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for rows, length, new_tokens, beams in [(3, 5, 4, 1), (4, 9, 6, 1), (2, 12, 9, 1), (2, 7, 5, 3)]:
+            x = torch.randint(3, 96, (rows, length), generator=torch.Generator().manual_seed(length)).to(DEVICE)
+            kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=beams)
+            assert torch.equal(model.generate(x, compile=True, **kwargs), model.generate(x, **kwargs))
+
+
+def test_compiled_evaluation_predicts_the_eager_strings_over_inputs_of_many_lengths():
+    """``t2t-eval --set compile=true``: ten batches of different input lengths, one graph (it once compiled a
+    graph per batch and failed at dynamo's ninth)."""
+    vocab = tiny_vocabulary()
+    words = "the cat sat on a mat while seven blue birds sang over tall green trees near old red barns".split()
+    rows = [{"inputs": "question: " + " ".join(words[(3 * n + i) % len(words)] for i in range(n)),
+             "targets": "yes maybe"} for n in range(1, 21)]
+    task = in_memory_task("lengths", {"validation": rows})
+    torch.manual_seed(3)  # a seed whose random model does not predict one string for every input
+    model = T5(ModelConfig(**{**TINY, "vocab_size": vocab.vocab_size})).eval().to(DEVICE)
+    torch.compiler.reset()
+    predictions = {}
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for compile in (False, True):
+            _, records, _ = evaluate_task(model, task, vocab, "validation", device=torch.device(DEVICE),
+                                          decoding=DecodingConfig(batch_size=2, compile=compile))
+            predictions[compile] = [r["prediction"] for r in records]
+    lengths = sorted(len(ex["inputs"]) for ex in task.examples("validation", vocab))
+    assert len(set(lengths[1::2])) == 10  # batches of 2 by length: each padded to another length
+    assert predictions[True] == predictions[False] and len(set(predictions[False])) > 1
