@@ -14,6 +14,8 @@ otherwise greedy (t5x's convention: temperature 0 is greedy).
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from typing import Callable
 
 import torch
@@ -22,6 +24,9 @@ import torch.nn.functional as F
 from t2t.models.kernels import packed_weights
 
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
+
+log = logging.getLogger(__name__)
+_first_compiled_call: list[float] = []  # its seconds, once this process has made it: mostly compiling
 
 
 def _static_step(model, tokens, position, *cache_tensors):
@@ -46,12 +51,22 @@ def decoding_step(model, compile: bool = False) -> Callable:
         tokens = tokens.contiguous()  # beam search's are a strided view: another layout, another graph
         position = torch.tensor([cache.length], device=tokens.device)
         _mark_varying_sizes(tokens, cache)
+        started = time.perf_counter()
         with packed_weights(cache.packed_weights):  # as in ``T5.decode_step``
             logits = compiled_static_step()(model, tokens, position, *cache.tensors())
+        if not _first_compiled_call:
+            _first_compiled_call.append(time.perf_counter() - started)
+            log.info("compiled the decoding step: its first call took %.1f s", _first_compiled_call[0])
         cache.length += 1
         return logits
 
     return step
+
+
+def compiling_seconds() -> float:
+    """The seconds of this process's first call of the compiled decoding step (0 until it is made), which
+    compiles its graph: throughput figures leave them out (rows of one compile one more graph, not counted)."""
+    return sum(_first_compiled_call)
 
 
 def _mark_varying_sizes(tokens: torch.Tensor, cache) -> None:

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -78,6 +79,26 @@ def _parse_record(line: bytes) -> dict | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) and "step" in record else None
+
+
+class LogWindow:
+    """What the steps since the last logged one measured: their tokens per second and the share of the time
+    they waited for their batches. Time ``left_out`` (the first compiled step's) counts in neither."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens, self.waiting, self.start, self.notes = 0, 0.0, time.perf_counter(), {}
+
+    def left_out(self, seconds: float, **notes) -> None:
+        """Leave ``seconds`` just spent out of the window, and add ``notes`` to its record."""
+        self.start += seconds
+        self.notes.update(notes)
+
+    def rates(self) -> dict:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return {"tokens_per_second": self.tokens / elapsed, "data_wait_share": self.waiting / elapsed, **self.notes}
 
 
 class ProgressBar:

@@ -33,7 +33,7 @@ from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
 from t2t.data.pipeline import TrainBatches, build_train_batches
 from t2t.data.prefetch import BatchesAhead
-from t2t.training.progress import MetricsLog, ProgressBar, plot_metrics, read_metrics
+from t2t.training.progress import LogWindow, MetricsLog, ProgressBar, plot_metrics, read_metrics
 from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
 from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 from t2t.data.vocab import load_vocabulary
@@ -285,36 +285,41 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
     """Steps from ``trainer.step`` to ``train_steps``: log, evaluate and save on their schedules."""
     cfg, run_dir = trainer.cfg, trainer.run_dir
     batch_iter = iter(trainer.batches)
-    window_tokens, window_waiting, window_start = 0, 0.0, time.perf_counter()
+    window = LogWindow()
+    compiling = cfg.compile  # this process's first step compiles the step's graphs
     trainer.trainable.apply(trainer.step)
     log.info(describe_trainable(trainer.model))
     while trainer.step < cfg.train_steps:
         trainer.trainable.apply(trainer.step)
         asked = time.perf_counter()
         batch = next(batch_iter)  # the step's wait for its data: ~0 when batches are made ahead fast enough
-        window_waiting += time.perf_counter() - asked
+        window.waiting += time.perf_counter() - asked
         micro_batches = split_rows(batch, trainer.batches.global_rows(), cfg.grad_accum_steps)
+        started = time.perf_counter()
         loss, tokens = train_step(trainer.objective, micro_batches, trainer.optimizer, cfg, trainer.device,
                                   trainer.step)
+        if compiling:  # logged once, and left out of the window's tokens/s
+            compiling, seconds = False, time.perf_counter() - started
+            log.info("compiled the training step: its first call took %.1f s", seconds)
+            window.left_out(seconds, compile_seconds=seconds)
+        else:
+            window.tokens += tokens
         trainer.scheduler.step()
         trainer.step += 1
         step = trainer.step
         check_finite(trainer, loss)
-        window_tokens += tokens
         progress.update(loss)
         last = step == cfg.train_steps
         evaluate_now = evaluator is not None and (step % cfg.eval_every == 0 or last)
         save_now = step % cfg.save_every == 0 or last
         if step % cfg.log_every == 0 or evaluate_now or last:
-            elapsed = time.perf_counter() - window_start
             record = {"step": step, "loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
-                      "tokens_per_second": window_tokens / max(elapsed, 1e-9),
-                      "data_wait_share": window_waiting / max(elapsed, 1e-9)}
+                      **window.rates()}
             if evaluate_now:
                 record.update(evaluator(trainer.model))
             metrics_log.write(record)
             progress.show(record)
-            window_tokens, window_waiting, window_start = 0, 0.0, time.perf_counter()
+            window.reset()
         if save_now:
             save_checkpoint(trainer)
             if distributed.is_main():

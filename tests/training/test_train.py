@@ -1,6 +1,7 @@
 """The training loop: recorded losses, exact resume, gradient accumulation and DDP equivalence."""
 
 import json
+import logging
 import math
 import os
 import subprocess
@@ -105,6 +106,31 @@ def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path,
     assert all(0.5 < r["data_wait_share"] <= 1 for r in records), [r["data_wait_share"] for r in records]
     shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step 3:")]
     assert shown and f"data wait {records[-1]['data_wait_share']:.1%}" in shown[0]
+
+
+def test_a_compiled_run_logs_its_compile_time_once_and_leaves_it_out_of_tokens_per_second(copy_task, tmp_path,
+                                                                                         monkeypatch, caplog):
+    """compile: true compiles on the step's first call; here a stand-in for torch.compile makes that call take
+    a second longer (the real one: test_compiled_training.py). The first window's tokens/s is that of its
+    other step, not a second's worth of tokens."""
+    def slow_first_call(objective, **options):
+        forward, calls = objective.forward, []
+
+        def slow_once(batch):
+            if not calls:
+                calls.append(time.sleep(1.0))
+            return forward(batch)
+
+        objective.forward = slow_once
+        return objective
+
+    monkeypatch.setattr(torch, "compile", slow_first_call)
+    with caplog.at_level(logging.INFO, logger="t2t.training.train"):
+        records = train(settings(copy_task, tmp_path / "run", train_steps=4, log_every=2, save_every=4,
+                                 compile=True))
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled the training step")]
+    assert len(logged) == 1 and records[0]["compile_seconds"] >= 1.0 and "compile_seconds" not in records[1]
+    assert records[0]["tokens_per_second"] > 0.3 * records[1]["tokens_per_second"]  # 1 s in: below 0.05
 
 
 def test_evaluation_runs_on_its_own_schedule(copy_task, tmp_path):
