@@ -52,18 +52,31 @@ def test_compiled_greedy_and_beam_search_give_the_eager_tokens(architecture):
 
 
 @pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only"])
-def test_one_graph_decodes_batches_of_every_size(architecture):
+def test_one_graph_decodes_batches_of_every_size(architecture, monkeypatch):
     """Rows, input lengths, decoding lengths and beams vary from one batch to the next (evaluation pads each
     batch to its longest input); with static sizes the second batch below would need a second graph, past
     the limit of one set here, and fail (FailOnRecompileLimitHit, since the step compiles with fullgraph)."""
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY, architecture=architecture)).eval().to(DEVICE)
     torch.compiler.reset()
-    with torch._dynamo.config.patch(recompile_limit=1):
-        for rows, length, new_tokens, beams in [(3, 5, 4, 1), (4, 9, 6, 1), (2, 12, 9, 1), (2, 7, 5, 3)]:
-            x = torch.randint(3, 96, (rows, length), generator=torch.Generator().manual_seed(length)).to(DEVICE)
-            kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=beams)
-            assert torch.equal(model.generate(x, compile=True, **kwargs), model.generate(x, **kwargs))
+    monkeypatch.setattr(decoding, "MAX_DECODING_GRAPHS", 1)
+    for rows, length, new_tokens, beams in [(3, 5, 4, 1), (4, 9, 6, 1), (2, 12, 9, 1), (2, 7, 5, 3)]:
+        x = torch.randint(3, 96, (rows, length), generator=torch.Generator().manual_seed(length)).to(DEVICE)
+        kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=beams)
+        assert torch.equal(model.generate(x, compile=True, **kwargs), model.generate(x, **kwargs))
+
+
+def test_a_process_decodes_with_more_models_than_dynamo_allows_graphs_a_function(monkeypatch):
+    """Each model shape needs its graph (and rows of one another): dynamo's limit, 2 here for speed (8 by
+    default), made the third graph fail; the decoding step allows MAX_DECODING_GRAPHS."""
+    torch.compiler.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    for d_model in (24, 32):
+        torch.manual_seed(0)
+        model = T5(ModelConfig(**{**TINY, "d_model": d_model})).eval().to(DEVICE)
+        for rows in (1, 3):
+            x = torch.randint(3, 96, (rows, 7), generator=torch.Generator().manual_seed(rows)).to(DEVICE)
+            assert torch.equal(model.generate(x, max_new_tokens=4, compile=True), model.generate(x, max_new_tokens=4))
 
 
 def test_compiled_evaluation_predicts_the_eager_strings_over_inputs_of_many_lengths(monkeypatch):
@@ -78,12 +91,12 @@ def test_compiled_evaluation_predicts_the_eager_strings_over_inputs_of_many_leng
     torch.manual_seed(3)  # a seed whose random model does not predict one string for every input
     model = T5(ModelConfig(**{**TINY, "vocab_size": vocab.vocab_size})).eval().to(DEVICE)
     torch.compiler.reset()
+    monkeypatch.setattr(decoding, "MAX_DECODING_GRAPHS", 1)
     predictions, stats = {}, {}
-    with torch._dynamo.config.patch(recompile_limit=1):
-        for compile in (False, True):
-            _, records, stats[compile] = evaluate_task(model, task, vocab, "validation", device=torch.device(DEVICE),
-                                                       decoding=DecodingConfig(batch_size=2, compile=compile))
-            predictions[compile] = [r["prediction"] for r in records]
+    for compile in (False, True):
+        _, records, stats[compile] = evaluate_task(model, task, vocab, "validation", device=torch.device(DEVICE),
+                                                   decoding=DecodingConfig(batch_size=2, compile=compile))
+        predictions[compile] = [r["prediction"] for r in records]
     lengths = sorted(len(ex["inputs"]) for ex in task.examples("validation", vocab))
     assert len(set(lengths[1::2])) == 10  # batches of 2 by length: each padded to another length
     assert predictions[True] == predictions[False] and len(set(predictions[False])) > 1
