@@ -21,15 +21,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from t2t.models.kernels import packed_weights
+from t2t.models.kernels import many_graphs, packed_weights
 
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
 
 log = logging.getLogger(__name__)
-# graphs of the compiled decoding step one process may compile: one per model shape and precision, and one more
-# for rows of one. dynamo's default, 8 a function, made the ninth fail (fullgraph) in a process decoding with
-# five models, as a notebook comparing checkpoints does.
-MAX_DECODING_GRAPHS = 64
 _first_compiled_call: list[float] = []  # its seconds, once this process has made it: mostly compiling
 
 
@@ -56,8 +52,8 @@ def decoding_step(model, compile: bool = False) -> Callable:
         position = torch.tensor([cache.length], device=tokens.device)
         _mark_varying_sizes(tokens, cache)
         started = time.perf_counter()
-        with packed_weights(cache.packed_weights), torch._dynamo.config.patch(recompile_limit=MAX_DECODING_GRAPHS):
-            logits = compiled_static_step()(model, tokens, position, *cache.tensors())  # packed: as decode_step
+        with packed_weights(cache.packed_weights), many_graphs():  # packed as in ``T5.decode_step``
+            logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         if not _first_compiled_call:
             _first_compiled_call.append(time.perf_counter() - started)
             log.info("compiled the decoding step: its first call took %.1f s", _first_compiled_call[0])

@@ -122,6 +122,18 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+# graphs one process may compile of each function t2t compiles with fullgraph (the training step, the decoding
+# step): one per model shape and precision (decoding: one more for rows of one). dynamo's default, 8 a
+# function, made the ninth fail in a process training or decoding with several models, as a notebook does.
+MAX_GRAPHS = 64
+
+
+def many_graphs(compiled: bool = True) -> contextlib.AbstractContextManager:
+    """Around a call of a function t2t compiled: it may make ``MAX_GRAPHS`` graphs, not dynamo's 8. (Nothing
+    for an eager call, which need not import torch._dynamo: 1.5 s.)"""
+    return torch._dynamo.config.patch(recompile_limit=MAX_GRAPHS) if compiled else contextlib.nullcontext()
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
     if not _use_onednn(x, weight):

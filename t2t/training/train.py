@@ -486,7 +486,7 @@ def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         last = i == len(micro_batches) - 1
         with (distributed.maybe_no_sync(objective, last), kernels.autocast(cfg.precision, device),
-              kernels.row_generators(distributed.row_seeds(cfg.seed, step, rows))):
+              kernels.row_generators(distributed.row_seeds(cfg.seed, step, rows)), kernels.many_graphs(cfg.compile)):
             batch_loss = objective(batch)
         (batch_loss * scale).backward()
         loss_sum += float(batch_loss.detach())

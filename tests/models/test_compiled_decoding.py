@@ -59,7 +59,7 @@ def test_one_graph_decodes_batches_of_every_size(architecture, monkeypatch):
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY, architecture=architecture)).eval().to(DEVICE)
     torch.compiler.reset()
-    monkeypatch.setattr(decoding, "MAX_DECODING_GRAPHS", 1)
+    monkeypatch.setattr(kernels, "MAX_GRAPHS", 1)
     for rows, length, new_tokens, beams in [(3, 5, 4, 1), (4, 9, 6, 1), (2, 12, 9, 1), (2, 7, 5, 3)]:
         x = torch.randint(3, 96, (rows, length), generator=torch.Generator().manual_seed(length)).to(DEVICE)
         kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=beams)
@@ -68,7 +68,7 @@ def test_one_graph_decodes_batches_of_every_size(architecture, monkeypatch):
 
 def test_a_process_decodes_with_more_models_than_dynamo_allows_graphs_a_function(monkeypatch):
     """Each model shape needs its graph (and rows of one another): dynamo's limit, 2 here for speed (8 by
-    default), made the third graph fail; the decoding step allows MAX_DECODING_GRAPHS."""
+    default), made the third graph fail; the decoding step allows kernels.MAX_GRAPHS."""
     torch.compiler.reset()
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     for d_model in (24, 32):
@@ -91,7 +91,7 @@ def test_compiled_evaluation_predicts_the_eager_strings_over_inputs_of_many_leng
     torch.manual_seed(3)  # a seed whose random model does not predict one string for every input
     model = T5(ModelConfig(**{**TINY, "vocab_size": vocab.vocab_size})).eval().to(DEVICE)
     torch.compiler.reset()
-    monkeypatch.setattr(decoding, "MAX_DECODING_GRAPHS", 1)
+    monkeypatch.setattr(kernels, "MAX_GRAPHS", 1)
     predictions, stats = {}, {}
     for compile in (False, True):
         _, records, stats[compile] = evaluate_task(model, task, vocab, "validation", device=torch.device(DEVICE),
