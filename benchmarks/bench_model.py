@@ -356,7 +356,7 @@ def measure_memory(kind, workload, shape, optimizer, threads) -> dict:
 # ---- main -----------------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7, help="timed repetitions per model (training)")
     ap.add_argument("--decode-reps", type=int, default=3)
@@ -371,55 +371,61 @@ def main() -> None:
                     help="time every op of one of our training steps and of greedy decoding (see op_breakdown)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
     ap.add_argument("--memory-child", nargs=3, metavar=("KIND", "WORKLOAD", "SHAPE"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    malloc = "kept" if keep_freed_memory() else "system"  # memory children inherit T2T_SYSTEM_MALLOC
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.memory_child:
-        kind, workload, shape = args.memory_child
-        print(json.dumps(memory_child(kind, workload, [int(x) for x in shape.split(",")], args.optimizer)))
-        return
+    return ap.parse_args()
+
+
+def machine(args, malloc: str) -> dict:
+    """The run's machine, versions and yardsticks: the matmul rate and the memory read bandwidth."""
+    import transformers
 
     results: dict = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
-                                 "threads": torch.get_num_threads(), "cpu": cpu_name()},
-                     "optimizer": args.optimizer, "precision": args.precision, "malloc": malloc}
-    import transformers
-    results["machine"]["transformers"] = transformers.__version__
-    rates = matmul_gflops(args.precision)
-    results["matmul_gflops"] = rates
-    gflops = rates["best"]
-    results["read_gbps"] = read_gbps()
+                                 "threads": torch.get_num_threads(), "cpu": cpu_name(),
+                                 "transformers": transformers.__version__},
+                     "optimizer": args.optimizer, "precision": args.precision, "malloc": malloc,
+                     "matmul_gflops": matmul_gflops(args.precision), "read_gbps": read_gbps()}
     print(f"{args.precision} matmul (2048³), {torch.get_num_threads()} threads: "
-          + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
+          + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in results["matmul_gflops"].items())
           + f"; memory read {results['read_gbps']:.1f} GB/s")
+    return results
 
+
+def same_weights() -> tuple:
+    """transformers' t5-small with random weights and ours with a copy of them, checked on one batch."""
     hf = build_hf()
     ours = build_ours(hf)
-    with torch.no_grad():  # same weights → same logits
+    with torch.no_grad():
         b = train_batch(2, 16, 4)
         hf.eval(), ours.eval()
         a = ours(b["encoder_input_tokens"], b["decoder_input_tokens"])
         h = hf(input_ids=b["encoder_input_tokens"], decoder_input_ids=b["decoder_input_tokens"]).logits
         assert torch.allclose(a, h, rtol=1e-4, atol=1e-4), "weights were not copied correctly"
+    return ours, hf
 
-    def save() -> None:  # after every section, so an interrupted run keeps what it measured
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
 
-    rows = []
-    results["train"] = []
+def variants(make, args) -> dict:
+    """``make(kind, model, compile)`` for each model, eager (and compiled with --compile), in the run's precision."""
+    ours, hf = same_weights()
+    fns = {kind: make(kind, model, False) for kind, model in (("ours", ours), ("hf", hf))}
+    if args.compile:
+        fns |= {kind + "_compiled": make(kind, model, True) for kind, model in (("ours", ours), ("hf", hf))}
+    return {name: in_precision(fn, args.precision) for name, fn in fns.items()}
+
+
+def bench_training(args, results: dict, save) -> list[tuple]:
+    """Each training shape, all variants alternating; its share of the matmul rate."""
+    rows, results["train"] = [], []
     for B, S, T in TRAIN_SHAPES:
         batch = train_batch(B, S, T)
-        ours.train(), hf.train()
-        fns = {kind: train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer))
-               for kind, model in (("ours", ours), ("hf", hf))}
-        if args.compile:
-            fns |= {kind + "_compiled": train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer), True)
-                    for kind, model in (("ours", ours), ("hf", hf))}
-        fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
+
+        def step(kind, model, compile):
+            model.train()
+            return train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer), compile)
+
+        fns = variants(step, args)
         r = alternate(fns, args.reps)
         # the yardstick is the best 2048³ rate measured so far: one slow first measurement would inflate shares
-        gflops = results["matmul_gflops"]["best"] = max(gflops, matmul_gflops(args.precision)["best"])
+        rate = results["matmul_gflops"]
+        gflops = rate["best"] = max(rate["best"], matmul_gflops(args.precision)["best"])
         flops = training_flops(B, S, T)
         entry = {"shape": f"B{B} {S}->{T}", **r, **speedups(r), "flops": flops,
                  **{f"{name}_share_of_matmul_peak": flops / r[name]["wall_s"] / 1e9 / gflops for name in r}}
@@ -434,23 +440,19 @@ def main() -> None:
             b["products_share_of_matmul_rate"] = flops / b["products"] / 1e9 / gflops
             print_breakdown(b)
             save()
+    return rows
 
+
+def bench_greedy(args, results: dict) -> tuple:
+    """Greedy decoding, all variants alternating (on fresh copies of the same weights: training moved each model
+    by its own dropout masks, and greedy decoding of random weights has near-ties that such differences flip)."""
     B, S, N = DECODE_SHAPE
     enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
-    # the same weights again: training above moved each model by its own dropout masks, and greedy decoding
-    # of random weights has near-ties that such differences flip
-    hf = build_hf()
-    ours = build_ours(hf)
-    ours.eval(), hf.eval()
-    fns = {kind: decode_fn(model, kind, enc, N) for kind, model in (("ours", ours), ("hf", hf))}
-    if args.compile:
-        fns |= {kind + "_compiled": decode_fn(model, kind, enc, N, True)
-                for kind, model in (("ours", ours), ("hf", hf))}
-    fns = {name: in_precision(fn, args.precision) for name, fn in fns.items()}
+    fns = variants(lambda kind, model, compile: decode_fn(model.eval(), kind, enc, N, compile), args)
     outputs = {name: fn() for name, fn in fns.items()}
     same = all(torch.equal(out, outputs["ours"]) for out in outputs.values())
     r = alternate(fns, args.decode_reps)
-    floor = decoding_floor_s(B, S, N, gflops, results["read_gbps"])
+    floor = decoding_floor_s(B, S, N, results["matmul_gflops"]["best"], results["read_gbps"])
     entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same, **speedups(r), "floor_s": floor,
              **{f"{name}_over_floor": r[name]["wall_s"] / floor for name in r}}
     if args.compile:
@@ -460,39 +462,64 @@ def main() -> None:
         b["products_over_floor"] = b["products"] / floor
         print_breakdown(b)
     results["decode_greedy"] = entry
-    rows.append((f"greedy B{B} {S}->{N}", r, entry))
-    save()
+    return f"greedy B{B} {S}->{N}", r, entry
 
+
+def print_summary(rows: list[tuple], results: dict, compiled: bool) -> None:
     print(f"\n{'workload':<24}{'ours s':>9}{'hf s':>9}{'speedup':>9}{'of min':>8}{'ours cpu':>10}{'hf cpu':>9}{'cpu ×':>7}")
     for name, r, e in rows:
         print(f"{name:<24}{r['ours']['wall_s']:>9.3f}{r['hf']['wall_s']:>9.3f}{e['speedup_wall']:>8.2f}x"
               f"{e['speedup_min']:>7.2f}x{r['ours']['cpu_s']:>10.3f}{r['hf']['cpu_s']:>9.3f}{e['speedup_cpu']:>6.2f}x")
+    names = rows[-1][1]
     for e in results["train"]:
         print(f"training {e['shape']}, share of the measured matmul rate: "
-              + ", ".join(f"{name} {100 * e[f'{name}_share_of_matmul_peak']:.0f}%" for name in fns))
+              + ", ".join(f"{name} {100 * e[f'{name}_share_of_matmul_peak']:.0f}%" for name in names))
     e = results["decode_greedy"]
     print(f"greedy: floor {e['floor_s']:.3f}s; time over floor: "
-          + ", ".join(f"{name} {e[f'{name}_over_floor']:.2f}x" for name in fns))
-    if args.compile:
+          + ", ".join(f"{name} {e[f'{name}_over_floor']:.2f}x" for name in names))
+    if compiled:
         for e in [*results["train"], results["decode_greedy"]]:
             print(f"{e['shape']}: compiled vs eager (eager time / compiled time): "
                   f"ours {e['ours_compiled_vs_eager']:.2f}x, hf {e['hf_compiled_vs_eager']:.2f}x; "
                   f"compiled ours vs compiled hf {e['speedup_compiled_wall']:.2f}x")
-    print(f"greedy outputs identical (all variants): {same}")
+    print(f"greedy outputs identical (all variants): {results['decode_greedy']['identical_outputs']}")
 
+
+def bench_memory(args, results: dict, save) -> None:
+    results["memory"] = []
+    print(f"\n{'memory (fresh process)':<26}{'ours peak MB':>13}{'hf peak MB':>12}"
+          f"{'ours model+work MB':>20}{'hf model+work MB':>18}")
+    workloads = [("train", list(s)) for s in TRAIN_SHAPES] + [("decode", list(DECODE_SHAPE))]
+    for workload, shape in workloads:
+        m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads) for kind in ("ours", "hf")}
+        results["memory"].append({"workload": workload, "shape": shape, **m})
+        save()
+        print(f"{workload + ' ' + 'x'.join(map(str, shape)):<26}{m['ours']['peak_rss_mb']:>13.0f}"
+              f"{m['hf']['peak_rss_mb']:>12.0f}{m['ours']['model_and_work_mb']:>20.0f}"
+              f"{m['hf']['model_and_work_mb']:>18.0f}", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    malloc = "kept" if keep_freed_memory() else "system"  # memory children inherit T2T_SYSTEM_MALLOC
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_child:
+        kind, workload, shape = args.memory_child
+        print(json.dumps(memory_child(kind, workload, [int(x) for x in shape.split(",")], args.optimizer)))
+        return
+    results = machine(args, malloc)
+
+    def save() -> None:  # after every section, so an interrupted run keeps what it measured
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+
+    rows = bench_training(args, results, save)
+    rows.append(bench_greedy(args, results))
+    save()
+    print_summary(rows, results, args.compile)
     if not args.skip_memory:
-        results["memory"] = []
-        print(f"\n{'memory (fresh process)':<26}{'ours peak MB':>13}{'hf peak MB':>12}"
-              f"{'ours model+work MB':>20}{'hf model+work MB':>18}")
-        workloads = [("train", list(s)) for s in TRAIN_SHAPES] + [("decode", list(DECODE_SHAPE))]
-        for workload, shape in workloads:
-            m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads) for kind in ("ours", "hf")}
-            results["memory"].append({"workload": workload, "shape": shape, **m})
-            save()
-            print(f"{workload + ' ' + 'x'.join(map(str, shape)):<26}{m['ours']['peak_rss_mb']:>13.0f}"
-                  f"{m['hf']['peak_rss_mb']:>12.0f}{m['ours']['model_and_work_mb']:>20.0f}"
-                  f"{m['hf']['model_and_work_mb']:>18.0f}", flush=True)
-
+        bench_memory(args, results, save)
     save()
     print(f"\nwrote {args.out}")
 
