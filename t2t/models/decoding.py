@@ -72,8 +72,9 @@ def compiling_seconds() -> float:
 def _mark_varying_sizes(tokens: torch.Tensor, cache) -> None:
     """Mark as symbolic the sizes that vary from one batch to the next — rows, the cache's length (set by
     ``max_new_tokens`` and a decoder-only model's prefix) and the encoder's input length — so that
-    evaluation, which pads each batch to its longest input, does not compile a graph per batch (static
-    sizes hit dynamo's limit of 8 graphs a function within one task, and with ``fullgraph`` that fails)."""
+    evaluation, which pads each batch to its longest input, does not compile a graph per batch (seconds
+    each; with static sizes a task's ninth batch shape passed dynamo's limit of graphs, and with ``fullgraph``
+    failed)."""
     mark = torch._dynamo.maybe_mark_dynamic
     mark(tokens, 0)
     for buffer in cache.self_k + cache.self_v:  # [B, H, max_len, d_kv]
