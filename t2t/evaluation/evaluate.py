@@ -109,6 +109,9 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     if cfg.rank_classification and not any(t.rank_choices for t in tasks):
         raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
                        f"generation (leave out --rank-classification).")
+    if cfg.compile and cfg.rank_classification:
+        log.warning("compile: true compiles the decoding step, which rank classification does not take: %s "
+                    "are scored eagerly.", ", ".join(t.name for t in tasks if t.rank_choices))
     out_dir = out_root / cfg.split
     results.check_output_dir(out_dir)
     distributed.use_threads(cfg.threads)

@@ -124,6 +124,14 @@ def test_t2t_eval_runs_on_the_local_files(task, split, metric_names, tiny_run, d
         assert result["stats"]["truncated_inputs"] == 2 and "2 inputs truncated to 128 tokens" in out
 
 
+def test_compile_with_rank_classification_says_that_scoring_is_eager(tiny_run, data_dir, tmp_path, caplog):
+    """compile: true compiles the decoding step alone; a setting that does nothing says so."""
+    code = eval_main(["--task", "rte", "--checkpoint", str(tiny_run), "--data-dir", str(data_dir), "--max-examples",
+                      "2", "--rank-classification", "--set", "compile=true", "--output-dir", str(tmp_path)])
+    assert code == 0
+    assert "glue_rte_v002 are scored eagerly" in caplog.text
+
+
 def test_generated_tokens_count_each_row_up_to_its_first_eos():
     from t2t.evaluation.evaluate import generated_tokens
     ids = torch.tensor([[5, 0, 1, 0, 0], [7, 7, 7, 7, 7], [1, 0, 0, 0, 0]])
