@@ -67,6 +67,12 @@ class DecodingConfig:
         """The same ranges for t2t-eval, t2t-predict and Python callers."""
         config.check(self, positive=("batch_size", "beam_size", "max_length", "input_length"),
                      non_negative=("temperature", "top_k"))
+        if self.beam_size > 1 and self.temperature > 0:
+            raise T2TError(f"beam_size {self.beam_size} and temperature {self.temperature} ask for two decoding "
+                           f"methods (beam search, sampling); set one of them (t2t has no beam sampling).")
+        if self.top_k and not self.temperature:
+            raise T2TError(f"top_k {self.top_k} restricts sampling, which temperature 0 turns off (greedy or "
+                           f"beam); set temperature > 0 to sample, or leave top_k at 0.")
 
 
 @dataclass

@@ -8,7 +8,8 @@ the decoder self-attention keys/values in preallocated buffers (``T5.decode_step
 decoding stops early once every row has produced EOS.
 
 ``generate`` picks the method: ``num_beams > 1`` → beam search; ``temperature > 0`` → sampling;
-otherwise greedy (t5x's convention: temperature 0 is greedy).
+otherwise greedy (t5x's convention: temperature 0 is greedy). Both at once (beam sampling, which t2t does
+not have), or ``top_k``/``top_p`` without sampling, is a ValueError rather than a setting left unused.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64
              generator: torch.Generator | None = None, min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
     """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen. ``compile``
     runs the decoding step through ``torch.compile`` (``decoding_step``)."""
+    if num_beams > 1 and temperature > 0:
+        raise ValueError(f"num_beams={num_beams} with temperature={temperature}: t2t has no beam sampling")
+    if temperature == 0 and (top_k or top_p < 1.0):
+        raise ValueError(f"top_k={top_k}, top_p={top_p} restrict sampling, which temperature=0 turns off")
     if num_beams > 1:
         return beam_search(model, encoder_input_tokens, max_new_tokens, num_beams=num_beams, alpha=alpha,
                            min_new_tokens=min_new_tokens, compile=compile)

@@ -200,6 +200,8 @@ def test_flags_written_in_the_docs_still_parse():
     (["--max-length", "-3"], "setting max_length must be > 0, got -3"),
     (["--max-length", "-2"], "setting max_length must be > 0, got -2"),
     (["--batch-size", "0"], "setting batch_size must be > 0, got 0"),
+    (["--beam-size", "4", "--temperature", "0.7"], "beam_size 4 and temperature 0.7 ask for two decoding methods"),
+    (["--top-k", "40"], "top_k 40 restricts sampling, which temperature 0 turns off"),
 ])
 def test_decoding_settings_are_checked_alike_in_eval_and_predict(command, flags, message, tmp_path, capsys):
     main = {"t2t-eval": eval_main, "t2t-predict": predict_main}[command]

@@ -139,6 +139,18 @@ def test_sampling_is_seeded_and_respects_top_k():
     assert ((top3 == sampled[..., None]).any(-1) | ~valid).all()
 
 
+@pytest.mark.parametrize("settings, message", [
+    (dict(num_beams=3, temperature=0.7), "no beam sampling"),
+    (dict(top_k=5), "temperature=0 turns off"),
+    (dict(num_beams=2, top_p=0.9), "temperature=0 turns off"),
+])
+def test_decoding_methods_that_cannot_combine_are_refused(settings, message):
+    """Beam search took precedence over temperature, and top_k/top_p went unused without sampling."""
+    model = T5(ModelConfig(**TINY)).eval()
+    with pytest.raises(ValueError, match=message):
+        model.generate(ragged_inputs(seed=4), max_new_tokens=4, **settings)
+
+
 def test_score_equals_sum_of_log_softmax():
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
