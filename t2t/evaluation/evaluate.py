@@ -49,6 +49,9 @@ from t2t.data.vocab import load_vocabulary
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# The settings that change what an evaluation scores: its result files record them (results.stamp).
+SCORING_SETTINGS = ("max_examples", "input_length", "max_length", "beam_size", "temperature", "top_k", "seed",
+                    "precision", "rank_classification")
 PIN_ATTEMPTS = 5  # a run dir's newest checkpoint rotated away this often while being read: give up
 
 
@@ -125,7 +128,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     folder, (model, vocab, step) = pinned(cfg.checkpoint, lambda folder: load_for_evaluation(folder, cfg))
     model = model.to(device)
     results.prepare_output_dir(out_dir)  # only now: a hub id that failed to load leaves no ./owner/name/eval
-    stamp = results.stamp(folder, step, cfg.split)
+    stamp = results.stamp(folder, step, cfg.split, scoring_settings(cfg))
     scores, undefined = {}, {}
     for task in tasks:
         metrics, records, stats = evaluate_task(
@@ -173,11 +176,17 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
         raise T2TError(f"every checkpoint of {run_dir} was deleted while it was evaluated; evaluate when the "
                        f"t2t-train writing it is done, or raise its keep_checkpoints.")
     best = results.best_checkpoints(per_step)
+    record = {"run": str(run_dir), "split": cfg.split, "settings": scoring_settings(cfg), "tasks": best}
     durable.write_atomic(out_dir / f"best.{cfg.split}.json",
-                         json.dumps(results.jsonable(best), indent=2, allow_nan=False) + "\n")
+                         json.dumps(results.jsonable(record), indent=2, allow_nan=False) + "\n")
     print(results.format_best(best))
     print(f"wrote {out_dir / f'best.{cfg.split}.json'}")
     return best
+
+
+def scoring_settings(cfg: EvalConfig) -> dict:
+    """``cfg``'s SCORING_SETTINGS, so that results of a subset, of beam search or of bf16 say so."""
+    return {name: getattr(cfg, name) for name in SCORING_SETTINGS}
 
 
 def default_output_dir(checkpoint_path: str) -> Path:
@@ -314,7 +323,7 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
                 "target_value": results.jsonable(t), "prediction_value": results.jsonable(p)}
                for ex, text, t, p in zip(examples, decoded, targets, predictions)]
     stats = {"mode": "rank_classification" if rank_classification else "generation", "labelled": labelled,
-             "examples": len(examples),
+             "examples": len(examples), **({} if rank_classification else {"max_new_tokens": max_new_tokens}),
              "truncated_inputs": truncated, "seconds": seconds,
              "examples_per_second": len(examples) / max(seconds, 1e-9),
              "tokens_per_second": tokens / max(seconds, 1e-9)}

@@ -3,13 +3,14 @@
 One evaluation writes, under ``<output dir>/<split>/``::
 
     <task>.predictions.jsonl   every example: input, target, prediction, postprocessed values
-    <task>.metrics.json        that task's metrics, with the checkpoint, its step and the time of writing
+    <task>.metrics.json        that task's metrics, with the checkpoint, its step, the settings that change
+                               scores (a subset, beam search, bf16 …) and the time of writing
                                (none for an unlabelled split: ``"metrics": {}`` and the note NO_LABELS)
     <mixture>.summary.json     a mixture's: the tasks of *this* evaluation and the benchmark averages
 
 Files are named by task (or mixture), so evaluating one task never overwrites another's results, and each
-file says which checkpoint step it scored and when, so a file left by an earlier evaluation never reads
-as current. Undefined metrics (a correlation of constant predictions) are ``null`` with the reason beside.
+file says which checkpoint step it scored, how and when, so a file left by an earlier evaluation never
+reads as current and a subset's or a beam search's scores never read as the full greedy evaluation's. Undefined metrics (a correlation of constant predictions) are ``null`` with the reason beside.
 """
 
 from __future__ import annotations
@@ -209,9 +210,10 @@ def _not_writable(path: Path, reason: str) -> T2TError:
     return T2TError(f"cannot write to output dir {path} ({reason}); pass a writable --output-dir.")
 
 
-def stamp(checkpoint: str, step: int | None, split: str) -> dict:
-    """What a result file says about the evaluation that wrote it."""
-    return {"checkpoint": str(checkpoint), "step": step, "split": split,
+def stamp(checkpoint: str, step: int | None, split: str, settings: Mapping) -> dict:
+    """What a result file says about the evaluation that wrote it: the checkpoint and its step, the split, the
+    settings that change scores (how many examples, how decoded, in which precision) and when."""
+    return {"checkpoint": str(checkpoint), "step": step, "split": split, "settings": dict(settings),
             "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 

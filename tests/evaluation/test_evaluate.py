@@ -68,6 +68,9 @@ def test_each_task_writes_its_own_results_stamped_with_the_step(small_glue, caps
     assert f"wrote glue_stsb_v002.metrics.json and glue_stsb_v002.predictions.jsonl to {out}\n" in table
     stsb = json.loads((out / "glue_stsb_v002.metrics.json").read_text())
     assert stsb["step"] == 7 and stsb["split"] == "validation" and stsb["evaluated_at"]
+    assert stsb["settings"] == {"max_examples": None, "input_length": 512, "max_length": None, "beam_size": 1,
+                                "temperature": 0.0, "top_k": 0, "seed": 0, "precision": "fp32",
+                                "rank_classification": False}
     assert stsb["metrics"] == {"pearson_corrcoef": None, "spearman_corrcoef": None}
     assert stsb["undefined"]["spearman_corrcoef"] == "predictions constant: correlation undefined"
     assert len((out / "glue_stsb_v002.predictions.jsonl").read_text().splitlines()) == stsb["num_examples"] == 3
@@ -78,6 +81,21 @@ def test_each_task_writes_its_own_results_stamped_with_the_step(small_glue, caps
     assert sorted(p.name for p in out.iterdir()) == [
         "glue_rte_v002.metrics.json", "glue_rte_v002.predictions.jsonl",
         "glue_stsb_v002.metrics.json", "glue_stsb_v002.predictions.jsonl"]
+
+
+def test_result_files_say_how_the_predictions_were_made(small_glue):
+    """A subset decoded by beam search in bf16 overwrote the full greedy evaluation's files, and nothing in
+    them told the two apart."""
+    from t2t.evaluation.evaluate import evaluate
+    evaluate(eval_config(small_glue, "glue_v002", skip_unavailable=True, max_examples=2, beam_size=2,
+                         max_length=5, precision="bf16"))
+    out = small_glue / "run" / "eval" / "validation"
+    stsb = json.loads((out / "glue_stsb_v002.metrics.json").read_text())
+    summary = json.loads((out / "glue_v002_proportional.summary.json").read_text())
+    assert stsb["settings"] == summary["settings"] == {
+        "max_examples": 2, "input_length": 512, "max_length": 5, "beam_size": 2, "temperature": 0.0, "top_k": 0,
+        "seed": 0, "precision": "bf16", "rank_classification": False}
+    assert stsb["num_examples"] == 2 and stsb["stats"]["max_new_tokens"] == 5
 
 
 def test_a_mixture_with_missing_members_is_one_error_listing_them_all(small_glue):
@@ -142,7 +160,8 @@ def test_all_checkpoints_reports_each_task_at_its_best_step(small_glue, capsys):
             assert best[task]["score"] == pytest.approx(max(scores.values()))
             assert best[task]["step"] == min(s for s, v in scores.items() if v == max(scores.values()))
     saved = json.loads((small_glue / "run" / "eval" / "best.validation.json").read_text())
-    assert {task: b["step"] for task, b in saved.items()} == {task: b["step"] for task, b in best.items()}
+    assert {task: b["step"] for task, b in saved["tasks"].items()} == {task: b["step"] for task, b in best.items()}
+    assert saved["run"] == str(small_glue / "run") and saved["settings"]["max_examples"] is None
     assert "best step" in capsys.readouterr().out
 
 
