@@ -50,6 +50,16 @@ class OptimizerConfig:
                      non_negative=("warmup_steps", "weight_decay", "grad_clip_norm"), fraction=("adam_betas",))
         if not math.isfinite(self.learning_rate):  # inf passes "> 0"
             raise config.SettingError("learning_rate", "a finite number > 0", self.learning_rate)
+        self._refuse_unused()
+
+    def _refuse_unused(self) -> None:
+        """A setting that the chosen optimizer or schedule never reads is an error, not a silent no-op."""
+        for name, chooser, value in (("adam_betas", "name", "adamw"), ("adam_eps", "name", "adamw"),
+                                     ("rsqrt_offset", "schedule", "rsqrt")):
+            given, chosen = getattr(self, name), getattr(self, chooser)
+            if chosen != value and given != OptimizerConfig.__dataclass_fields__[name].default:
+                raise T2TError(f"optimizer.{name} {given!r} is only read when optimizer.{chooser} is {value}, and "
+                               f"it is {chosen}; set optimizer.{chooser}={value} or leave optimizer.{name} out.")
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:

@@ -91,3 +91,16 @@ def test_scheduler_drives_the_optimizer_learning_rate():
 def test_a_learning_rate_that_is_not_a_finite_positive_number_is_refused(rate):
     with pytest.raises(T2TError, match=r"setting learning_rate must be (a finite number )?> 0"):
         OptimizerConfig(learning_rate=rate)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(adam_betas=(0.9, 0.98)), r"optimizer.adam_betas \(0.9, 0.98\) is only read when optimizer.name is adamw, "
+                                   r"and it is adafactor"),
+    (dict(adam_eps=1e-6), "optimizer.adam_eps 1e-06 is only read when optimizer.name is adamw"),
+    (dict(name="adamw", schedule="linear", rsqrt_offset=100),
+     "optimizer.rsqrt_offset 100 is only read when optimizer.schedule is rsqrt, and it is linear"),
+])
+def test_a_setting_the_optimizer_or_schedule_never_reads_is_refused(settings, message):
+    with pytest.raises(T2TError, match=message):
+        OptimizerConfig(**settings)
+    OptimizerConfig(**{**settings, "name": "adamw", "schedule": "rsqrt"})  # where it is read, it is taken
