@@ -52,7 +52,8 @@ def test_wrong_types_are_rejected(data, message):
 def test_one_value_for_a_list_setting_is_a_one_element_list():
     assert config.load(Outer, overrides=["items=x"]).items == ["x"]
     from t2t.training.train import TrainConfig
-    cfg = config.load(TrainConfig, overrides=["transfer.freeze=encoder.*", "transfer.unfreeze_steps=4"])
+    cfg = config.load(TrainConfig, overrides=["transfer.freeze=encoder.*", "transfer.unfreeze=gradual",
+                                               "transfer.unfreeze_steps=4"])
     assert (cfg.transfer.freeze, cfg.transfer.unfreeze_steps) == (["encoder.*"], [4])
     with pytest.raises(T2TError, match=r"setting optimizer.adam_betas must be a list of 2 values, \[float, float\]"):
         config.load(TrainConfig, overrides=["optimizer.adam_betas=0.9"])  # a pair stays a pair

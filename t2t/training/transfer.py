@@ -44,6 +44,12 @@ class TransferConfig:
         config.check(self, non_negative=("adapter_dim", "unfreeze_every", "unfreeze_steps"))
         if self.unfreeze_steps != sorted(self.unfreeze_steps):
             raise config.SettingError("unfreeze_steps", "in increasing order", self.unfreeze_steps)
+        given = [name for name in ("unfreeze_every", "unfreeze_steps") if getattr(self, name)]
+        if given and self.unfreeze != "gradual":
+            raise T2TError(f"transfer.{given[0]} is only read with transfer.unfreeze=gradual, and it is "
+                           f"{self.unfreeze}; set transfer.unfreeze=gradual or leave transfer.{given[0]} out.")
+        if len(given) == 2:
+            raise T2TError("transfer.unfreeze_every and transfer.unfreeze_steps both say when blocks open; set one.")
 
 
 class TrainableSchedule:

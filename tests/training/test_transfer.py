@@ -186,6 +186,14 @@ def test_transfer_settings_are_checked():
         config.from_dict(TrainConfig, {"transfer": {"adapter_dim": -1}})
     with pytest.raises(T2TError, match="setting transfer.unfreeze_steps must be in increasing order"):
         config.from_dict(TrainConfig, {"transfer": {"unfreeze": "gradual", "unfreeze_steps": [0, 9, 5]}})
+    with pytest.raises(T2TError, match="transfer.unfreeze_every is only read with transfer.unfreeze=gradual, and "
+                                       "it is none"):
+        config.from_dict(TrainConfig, {"transfer": {"unfreeze_every": 5}})
+    with pytest.raises(T2TError, match="transfer.unfreeze_steps is only read with transfer.unfreeze=gradual"):
+        config.from_dict(TrainConfig, {"transfer": {"unfreeze_steps": [3, 6]}})
+    with pytest.raises(T2TError, match="unfreeze_every and transfer.unfreeze_steps both say when blocks open"):
+        config.from_dict(TrainConfig, {"transfer": {"unfreeze": "gradual", "unfreeze_every": 5,
+                                                    "unfreeze_steps": [3, 6]}})
 
 
 def test_training_evaluates_another_mixture_on_its_schedule(copy_task):
