@@ -140,6 +140,9 @@ def test_bad_model_settings_are_one_sentence(setting, message):
     (["--train-steps", "0"], "setting train_steps must be > 0, got 0"),
     (["--set", "dropout_rate=1.5"], "setting dropout_rate must be in [0, 1), got 1.5"),
     (["--set", "optimizer.adam_betas=[0.9, 1.0]"], "setting optimizer.adam_betas must be in [0, 1)"),
+    (["--set", "optimizer.adam_eps=1e-6"], "optimizer.adam_eps 1e-06 is only read when optimizer.name is adamw"),
+    (["--eval-mixture", "glue_v002"], "eval_mixture is set but eval_every is 0, so training evaluates nothing"),
+    (["--set", "eval_max_examples=64"], "eval_max_examples is set but eval_every is 0"),
 ])
 def test_out_of_range_training_settings_are_one_sentence_at_resolution(flags, message, capsys):
     from t2t.cli import train_main
