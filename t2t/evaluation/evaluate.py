@@ -118,6 +118,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     if cfg.rank_classification and not any(t.rank_choices for t in tasks):
         raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
                        f"generation (leave out --rank-classification).")
+    if cfg.rank_classification and all(t.rank_choices for t in tasks):
+        refuse_decoding_settings(cfg)
     if cfg.compile and cfg.rank_classification:
         log.warning("compile: true compiles the decoding step, which rank classification does not take: %s "
                     "are scored eagerly.", ", ".join(t.name for t in tasks if t.rank_choices))
@@ -182,6 +184,17 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
     print(results.format_best(best))
     print(f"wrote {out_dir / f'best.{cfg.split}.json'}")
     return best
+
+
+def refuse_decoding_settings(cfg: EvalConfig) -> None:
+    """Rank classification of every task decodes nothing: a decoding setting given with it is an error."""
+    defaults = DecodingConfig.__dataclass_fields__
+    given = [name for name in ("beam_size", "temperature", "top_k", "max_length")
+             if getattr(cfg, name) != defaults[name].default]
+    if given:
+        raise T2TError(f"{given[0]} is a decoding setting, and with --rank-classification every task of "
+                       f"{cfg.mixture!r} is scored by its label strings, not decoded; leave {given[0]} out, or "
+                       f"evaluate by generation (without --rank-classification).")
 
 
 def scoring_settings(cfg: EvalConfig) -> dict:

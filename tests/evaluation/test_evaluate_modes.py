@@ -132,6 +132,20 @@ def test_compile_with_rank_classification_says_that_scoring_is_eager(tiny_run, d
     assert "glue_rte_v002 are scored eagerly" in caplog.text
 
 
+def test_decoding_settings_with_rank_classification_are_refused_where_nothing_is_decoded(tiny_run, data_dir, tmp_path,
+                                                                                        capsys):
+    common = ["--checkpoint", str(tiny_run), "--data-dir", str(data_dir), "--max-examples", "2",
+              "--rank-classification", "--beam-size", "2", "--output-dir", str(tmp_path)]
+    assert eval_main(["--task", "rte", *common]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: beam_size is a decoding setting, and with --rank-classification every task of "
+                          "'rte' is scored by its label strings") and err.count("\n") == 1, err
+    # STS-B has no label strings: GLUE's evaluation decodes it, with the beam asked for
+    assert eval_main(["--mixture", "glue_v002", "--skip-unavailable", *common]) == 0
+    stsb = json.loads((tmp_path / "validation" / "glue_stsb_v002.metrics.json").read_text())
+    assert stsb["stats"]["mode"] == "generation" and stsb["settings"]["beam_size"] == 2
+
+
 def test_generated_tokens_count_each_row_up_to_its_first_eos():
     from t2t.evaluation.evaluate import generated_tokens
     ids = torch.tensor([[5, 0, 1, 0, 0], [7, 7, 7, 7, 7], [1, 0, 0, 0, 0]])
