@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.errors import T2TError
+
+log = logging.getLogger(__name__)
 
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
@@ -119,7 +122,18 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 autocast on ``device`` for ``precision == "bf16"``; nothing for fp32."""
+    if precision == "bf16" and device.type == "cpu":
+        _warn_if_bf16_is_emulated()
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@functools.cache
+def _warn_if_bf16_is_emulated() -> None:
+    """Once a process: bf16 on a CPU without bf16 instructions. A t5-tiny training step on an AVX2 Zen 3 ran
+    at 1,236 tokens/s in bf16 against 5,700-8,000 in fp32."""
+    if not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+        log.warning("precision=bf16 on this CPU, which has no bf16 instructions (AVX512-BF16, AMX): bf16 is "
+                    "emulated, several times slower than fp32; set precision=fp32 here.")
 
 
 # graphs one process may compile of each function t2t compiles with fullgraph (the training step, the decoding

@@ -106,6 +106,19 @@ def test_autocast_is_bf16_on_the_cpu_for_bf16_and_off_for_fp32():
         assert kernels.linear(x, w).dtype == torch.float32
 
 
+@pytest.mark.parametrize("instructions, warned", [((False, False), 1), ((True, False), 0), ((False, True), 0)])
+def test_bf16_on_a_cpu_without_bf16_instructions_is_said_once(instructions, warned, monkeypatch, caplog):
+    avx512_bf16, amx = instructions
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    kernels._warn_if_bf16_is_emulated.cache_clear()
+    for precision in ("fp32", "bf16", "bf16"):
+        with kernels.autocast(precision, torch.device("cpu")):
+            pass
+    kernels._warn_if_bf16_is_emulated.cache_clear()
+    assert caplog.text.count("bf16 is emulated, several times slower than fp32") == warned
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.01])
 def test_cpu_dropout_keeps_one_minus_p_and_preserves_the_mean(p):
     torch.manual_seed(0)
