@@ -382,7 +382,7 @@ def decode_in_batches(model, inputs: list[np.ndarray], vocab, decoding: Decoding
     generated = 0
     for idx in length_batches(inputs, decoding.batch_size, desc):
         batch = pad_rows([inputs[i] for i in idx]).to(device)
-        with kernels.autocast(precision, device):
+        with kernels.autocast(precision, device), model.dense_attention():
             ids = model.generate(batch, max_new_tokens=max_new_tokens, num_beams=decoding.beam_size,
                                  temperature=decoding.temperature, top_k=decoding.top_k, generator=generator,
                                  compile=decoding.compile)
@@ -415,7 +415,7 @@ def rank_in_batches(model, task: Task, examples: list[dict], inputs: list[np.nda
     for idx in length_batches(pair_inputs, batch_size, task.name):
         enc = pad_rows([pair_inputs[j] for j in idx]).to(device)
         targets = pad_rows([pairs[j][2] for j in idx]).to(device)
-        with kernels.autocast(precision, device):
+        with kernels.autocast(precision, device), model.dense_attention():
             scores[idx] = model.score(enc, targets).float().cpu().numpy()
     best: dict[int, tuple[float, str]] = {}
     for (i, text, _), score in zip(pairs, scores):
