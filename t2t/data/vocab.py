@@ -374,18 +374,7 @@ def train_vocabulary(
     At most ``input_sentence_size`` lines (a uniform sample when there are more) are used, which bounds
     memory for large corpora. ``options`` pass through to ``SentencePieceTrainer.train``.
     """
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]
-    if isinstance(inputs, (list, tuple)):
-        paths = [Path(p) for p in inputs]
-        if not paths:
-            raise T2TError("train_vocabulary got no input files; pass at least one text file.")
-        for path in paths:
-            if not path.is_file():
-                raise T2TError(f"vocabulary training file {path} does not exist; pass existing text files.")
-        lines = _file_lines(paths)
-    else:
-        lines = _text_lines(inputs)
+    lines = _training_lines(inputs)  # checked before anything is written
     prefix = Path(model_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     settings = dict(
@@ -405,8 +394,28 @@ def train_vocabulary(
         num_threads=num_threads or os.cpu_count() or 1,
         minloglevel=0 if verbose else 2,
     )
-    settings.update(options)
     spm.set_random_generator_seed(seed)
+    _train_sentencepiece(lines, {**settings, **options})
+    return Path(f"{prefix}.model")
+
+
+def _training_lines(inputs) -> Iterator[str]:
+    """The lines of ``train_vocabulary``'s ``inputs``: a file, a list or tuple of files, or strings."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if not isinstance(inputs, (list, tuple)):
+        return _text_lines(inputs)
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise T2TError("train_vocabulary got no input files; pass at least one text file.")
+    for path in paths:
+        if not path.is_file():
+            raise T2TError(f"vocabulary training file {path} does not exist; pass existing text files.")
+    return _file_lines(paths)
+
+
+def _train_sentencepiece(lines: Iterator[str], settings: dict) -> None:
+    """``SentencePieceTrainer.train`` over ``lines``, its failures as one-sentence T2TErrors."""
     counted = _Counting(lines)
     try:
         spm.SentencePieceTrainer.train(sentence_iterator=counted, **settings)
@@ -416,12 +425,11 @@ def train_vocabulary(
         if counted.count == 0:
             raise T2TError("train_vocabulary got no text (every input is empty); pass non-empty text files.") from None
         raise T2TError(
-            f"SentencePiece could not train a {vocab_size}-piece {model_type} vocabulary ({str(error).strip()}); "
-            "lower vocab_size or give it more text."
+            f"SentencePiece could not train a {settings['vocab_size']}-piece {settings['model_type']} vocabulary "
+            f"({str(error).strip()}); lower vocab_size or give it more text."
         ) from None
     if counted.error is not None:  # reading the input failed part way: do not return a model of half the text
         raise counted.error
-    return Path(f"{prefix}.model")
 
 
 class _Counting:
