@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -190,65 +191,93 @@ def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int =
     step = decoding_step(model, compile)
     lp = length_penalty or t5_length_penalty(alpha)
     B, K, N = encoder_input_tokens.shape[0], num_beams, max_new_tokens
-    device = encoder_input_tokens.device
-
     cache, hidden = model.begin_decoding(encoder_input_tokens, N, num_beams=K)
     logits = model.project(hidden)  # [B*K, V]
-
-    live_seqs = torch.full((B, K, N), cfg.pad_id, dtype=torch.long, device=device)
-    live_scores = torch.full((B, K), NEG_INF, device=device)
-    live_scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
-    fin_seqs = live_seqs.clone()
-    fin_scores = torch.full((B, K), NEG_INF, device=device)
-    fin_lengths = torch.zeros((B, K), dtype=torch.long, device=device)
-    fin_valid = torch.zeros((B, K), dtype=torch.bool, device=device)
-    row_open = torch.ones((B, 1), dtype=torch.bool, device=device)  # may a row still improve?
-    row_offset = (torch.arange(B, device=device) * K)[:, None]  # [B, 1]
-
+    beams = _Beams.start(B, K, N, cfg.pad_id, encoder_input_tokens.device)
+    row_offset = (torch.arange(B, device=encoder_input_tokens.device) * K)[:, None]  # [B, 1]
     for t in range(N):
         logp = F.log_softmax(logits.float(), dim=-1)  # [B*K, V]
         if t < min_new_tokens:
             logp[:, cfg.eos_id] = NEG_INF
-        V = logp.shape[-1]
-        cand = (live_scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
-        top_scores, top_index = cand.topk(2 * K, dim=-1)  # [B, 2K]
-        parent, top_tokens = top_index // V, top_index % V
-        top_seqs = live_seqs.gather(1, parent[:, :, None].expand(B, 2 * K, N)).clone()  # [B, 2K, N]
-        top_seqs[:, :, t] = top_tokens
-        ends = (top_tokens == cfg.eos_id) | (t == N - 1)
-
-        # live beams: the best K continuations that did not just end
-        still = top_scores + ends.float() * NEG_INF
-        keep = still.topk(K, dim=-1).indices  # [B, K]
-        live_scores = still.gather(1, keep)
-        live_seqs = top_seqs.gather(1, keep[:, :, None].expand(B, K, N))
-        live_parent = parent.gather(1, keep)
-
-        # finished: only ending candidates among the best K may enter, while the row is open
-        new_valid = ends & row_open
-        new_valid[:, K:] = False
-        new_scores = torch.where(new_valid, top_scores / lp(t + 1), torch.full_like(top_scores, NEG_INF))
-        all_scores = torch.cat([fin_scores, new_scores], dim=1)  # [B, 3K]
-        best = all_scores.topk(K, dim=-1).indices
-        fin_scores = all_scores.gather(1, best)
-        fin_valid = torch.cat([fin_valid, new_valid], dim=1).gather(1, best)
-        fin_seqs = torch.cat([fin_seqs, top_seqs], dim=1).gather(1, best[:, :, None].expand(B, K, N))
-        fin_lengths = torch.cat([fin_lengths, torch.full_like(top_scores, t + 1, dtype=torch.long)], 1).gather(1, best)
-
-        if t == N - 1:
-            break
-        # a row closes when its slots are full and the best live beam, at its most favourable length,
-        # cannot beat the worst finished hypothesis (exact for penalties that grow with length)
-        best_possible = live_scores[:, :1] / max(lp(t + 1), lp(N))
-        worst = fin_scores.min(dim=1, keepdim=True).values
-        row_open &= ~(fin_valid.all(dim=1, keepdim=True) & (best_possible <= worst))
-        if not bool(row_open.any()):
+        top_scores, top_seqs, parent = beams.best_continuations(logp, t)
+        ends = (top_seqs[:, :, t] == cfg.eos_id) | (t == N - 1)
+        live_parent = beams.keep_live(top_scores, top_seqs, parent, ends)
+        beams.finish(top_scores, top_seqs, ends, t + 1, lp)
+        if t == N - 1 or not beams.any_row_open(lp(t + 1), lp(N)):
             break
         cache.reorder((row_offset + live_parent).view(-1))
-        logits = step(live_seqs[:, :, t].reshape(-1), cache)
+        logits = step(beams.live_seqs[:, :, t].reshape(-1), cache)
+    return beams.best()
 
-    length = int(fin_lengths[:, 0].max())
-    return fin_seqs[:, 0, :length]
+
+@dataclass
+class _Beams:
+    """Beam search's hypotheses for B rows of K beams and N tokens: the live ones ([B, K, N] tokens, [B, K]
+    total log-probabilities) and the finished ones (tokens, length-penalised scores, lengths, and whether a
+    slot holds one), and which rows may still improve."""
+
+    live_seqs: torch.Tensor
+    live_scores: torch.Tensor
+    fin_seqs: torch.Tensor
+    fin_scores: torch.Tensor
+    fin_lengths: torch.Tensor
+    fin_valid: torch.Tensor
+    row_open: torch.Tensor  # [B, 1]
+
+    @classmethod
+    def start(cls, B: int, K: int, N: int, pad_id: int, device) -> "_Beams":
+        live_seqs = torch.full((B, K, N), pad_id, dtype=torch.long, device=device)
+        live_scores = torch.full((B, K), NEG_INF, device=device)
+        live_scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
+        return cls(live_seqs, live_scores, live_seqs.clone(), torch.full((B, K), NEG_INF, device=device),
+                   torch.zeros((B, K), dtype=torch.long, device=device),
+                   torch.zeros((B, K), dtype=torch.bool, device=device),
+                   torch.ones((B, 1), dtype=torch.bool, device=device))
+
+    def best_continuations(self, logp: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best 2K of the K × V continuations at position ``t``: their scores, sequences and parent beams."""
+        (B, K, N), V = self.live_seqs.shape, logp.shape[-1]
+        cand = (self.live_scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
+        top_scores, top_index = cand.topk(2 * K, dim=-1)  # [B, 2K]
+        parent = top_index // V
+        top_seqs = self.live_seqs.gather(1, parent[:, :, None].expand(B, 2 * K, N)).clone()  # [B, 2K, N]
+        top_seqs[:, :, t] = top_index % V
+        return top_scores, top_seqs, parent
+
+    def keep_live(self, top_scores, top_seqs, parent, ends) -> torch.Tensor:
+        """The best K continuations that did not just end become the live beams; returns their parents."""
+        (B, K, N) = self.live_seqs.shape
+        still = top_scores + ends.float() * NEG_INF
+        keep = still.topk(K, dim=-1).indices  # [B, K]
+        self.live_scores = still.gather(1, keep)
+        self.live_seqs = top_seqs.gather(1, keep[:, :, None].expand(B, K, N))
+        return parent.gather(1, keep)
+
+    def finish(self, top_scores, top_seqs, ends, length: int, lp: Callable[[int], float]) -> None:
+        """Ending continuations among the best K compete for the finished slots while their row is open."""
+        (B, K, N) = self.live_seqs.shape
+        new_valid = ends & self.row_open
+        new_valid[:, K:] = False
+        new_scores = torch.where(new_valid, top_scores / lp(length), torch.full_like(top_scores, NEG_INF))
+        all_scores = torch.cat([self.fin_scores, new_scores], dim=1)  # [B, 3K]
+        best = all_scores.topk(K, dim=-1).indices
+        self.fin_scores = all_scores.gather(1, best)
+        self.fin_valid = torch.cat([self.fin_valid, new_valid], dim=1).gather(1, best)
+        self.fin_seqs = torch.cat([self.fin_seqs, top_seqs], dim=1).gather(1, best[:, :, None].expand(B, K, N))
+        new_lengths = torch.full_like(top_scores, length, dtype=torch.long)
+        self.fin_lengths = torch.cat([self.fin_lengths, new_lengths], 1).gather(1, best)
+
+    def any_row_open(self, penalty_now: float, penalty_at_most: float) -> bool:
+        """Close the rows whose slots are full and whose best live beam, at its most favourable length,
+        cannot beat the worst finished hypothesis (exact for penalties that grow with length)."""
+        best_possible = self.live_scores[:, :1] / max(penalty_now, penalty_at_most)
+        worst = self.fin_scores.min(dim=1, keepdim=True).values
+        self.row_open &= ~(self.fin_valid.all(dim=1, keepdim=True) & (best_possible <= worst))
+        return bool(self.row_open.any())
+
+    def best(self) -> torch.Tensor:
+        """Each row's best finished hypothesis, [B, longest of them]."""
+        return self.fin_seqs[:, 0, :int(self.fin_lengths[:, 0].max())]
 
 
 @torch.no_grad()
