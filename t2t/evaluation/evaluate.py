@@ -115,14 +115,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     load_modules(cfg.modules)
     item = get_task_or_mixture(cfg.mixture)
     tasks, skipped = tasks_to_evaluate(item, cfg.split, cfg.data_dir, cfg.skip_unavailable)
-    if cfg.rank_classification and not any(t.rank_choices for t in tasks):
-        raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
-                       f"generation (leave out --rank-classification).")
-    if cfg.rank_classification and all(t.rank_choices for t in tasks):
-        refuse_decoding_settings(cfg)
-    if cfg.compile and cfg.rank_classification:
-        log.warning("compile: true compiles the decoding step, which rank classification does not take: %s "
-                    "are scored eagerly.", ", ".join(t.name for t in tasks if t.rank_choices))
+    if cfg.rank_classification:
+        check_rank_classification(cfg, tasks)
     out_dir = out_root / cfg.split
     results.check_output_dir(out_dir)
     distributed.use_threads(cfg.threads)
@@ -186,15 +180,23 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
     return best
 
 
-def refuse_decoding_settings(cfg: EvalConfig) -> None:
-    """Rank classification of every task decodes nothing: a decoding setting given with it is an error."""
+def check_rank_classification(cfg: EvalConfig, tasks: list[Task]) -> None:
+    """Rank classification needs a task with label strings; where it takes every task, a decoding setting
+    given with it would do nothing and is an error; ``compile`` (the decoding step's) is said to do nothing."""
+    ranked = [task.name for task in tasks if task.rank_choices]
+    if not ranked:
+        raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
+                       f"generation (leave out --rank-classification).")
     defaults = DecodingConfig.__dataclass_fields__
     given = [name for name in ("beam_size", "temperature", "top_k", "max_length")
              if getattr(cfg, name) != defaults[name].default]
-    if given:
+    if given and len(ranked) == len(tasks):
         raise T2TError(f"{given[0]} is a decoding setting, and with --rank-classification every task of "
                        f"{cfg.mixture!r} is scored by its label strings, not decoded; leave {given[0]} out, or "
                        f"evaluate by generation (without --rank-classification).")
+    if cfg.compile:
+        log.warning("compile: true compiles the decoding step, which rank classification does not take: %s "
+                    "are scored eagerly.", ", ".join(ranked))
 
 
 def scoring_settings(cfg: EvalConfig) -> dict:
