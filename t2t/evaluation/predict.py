@@ -59,7 +59,10 @@ def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     device = distributed.pick_device(cfg.device)
     _, (model, vocab) = pinned(cfg.checkpoint, lambda folder: load_model_and_vocabulary(
         folder, cfg.vocab, cfg.data_dir, cfg.verify_checkpoints))
-    inputs, _ = trim_inputs([encode(text, task, vocab) for text in texts], cfg.input_length, vocab.eos_id)
+    inputs, cut = trim_inputs([encode(text, task, vocab) for text in texts], cfg.input_length, vocab.eos_id)
+    if cut:
+        log.warning("%d of %d inputs are longer than input_length (%d tokens) and were cut to it, EOS kept last "
+                    "(as T5 evaluates); set --input-length to keep more.", cut, len(texts), cfg.input_length)
     decoded, _ = decode_in_batches(model.to(device), inputs, vocab, cfg, max_new_tokens=max_length(cfg),
                                    device=device, precision=cfg.precision, desc="predict")
     return decoded

@@ -274,6 +274,18 @@ def test_predict_samples_reproducibly_with_a_seed(setup, tmp_path):
     assert top1 == greedy  # sampling from the single most likely token is greedy decoding
 
 
+def test_predict_says_how_many_inputs_it_cut(setup, tmp_path, caplog):
+    from t2t.evaluation.predict import PredictConfig, predict
+    train(settings(setup, tmp_path / "run", train_steps=2))
+    lines = ["copy: " + "word " * 40, "copy: short", "copy: " + "word " * 9]
+    config = PredictConfig(checkpoint=str(tmp_path / "run"), max_length=4, input_length=8, modules=[setup.module])
+    assert len(predict(config, lines)) == 3
+    assert "2 of 3 inputs are longer than input_length (8 tokens) and were cut to it" in caplog.text
+    caplog.clear()
+    predict(PredictConfig(checkpoint=str(tmp_path / "run"), max_length=4, modules=[setup.module]), lines)
+    assert "were cut" not in caplog.text
+
+
 def test_a_run_folder_that_cannot_be_written_is_one_sentence(setup, tmp_path):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(T2TError, match=r"cannot write the run's copy of my.model into .*file/run \(.*\); choose "
