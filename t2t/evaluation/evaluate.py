@@ -40,7 +40,7 @@ from t2t.checkpoints import durable
 from t2t.models import kernels
 from t2t.models.decoding import compiling_seconds
 from t2t.terminal import on_terminal
-from t2t.evaluation import results
+from t2t.evaluation import figures, results
 from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
 from t2t.data.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
@@ -175,9 +175,19 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
     record = {"run": str(run_dir), "split": cfg.split, "settings": scoring_settings(cfg), "tasks": best}
     durable.write_atomic(out_dir / f"best.{cfg.split}.json",
                          json.dumps(results.jsonable(record), indent=2, allow_nan=False) + "\n")
+    figures.save_figure(checkpoints_figure(per_step, best), out_dir / f"checkpoints.{cfg.split}.png")
     print(results.format_best(best))
-    print(f"wrote {out_dir / f'best.{cfg.split}.json'}")
+    print(f"wrote best.{cfg.split}.json and checkpoints.{cfg.split}.png to {out_dir}")
     return best
+
+
+def checkpoints_figure(per_step: dict[int, dict[str, dict]], best: dict[str, dict]):
+    """Each task's score (results.task_score) against the checkpoint's step, its best step marked."""
+    names = {task: f"{task}: {'mean of ' if len(b['metrics']) > 1 else ''}{', '.join(b['metrics'])}"
+             for task, b in best.items()}
+    records = [{"step": step, **{names[task]: results.jsonable(results.task_score(metrics))
+                                 for task, metrics in per_step[step].items()}} for step in sorted(per_step)]
+    return figures.curves_figure(records, list(names.values()), {names[t]: b["step"] for t, b in best.items()})
 
 
 def check_rank_classification(cfg: EvalConfig, tasks: list[Task]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ from tqdm.auto import tqdm
 
 from t2t.checkpoints.durable import append_line, write_error
 from t2t.errors import T2TError
+from t2t.evaluation.figures import curves_figure, save_figure
 from t2t.evaluation.results import jsonable
 from t2t.terminal import on_terminal
 
@@ -134,45 +134,11 @@ class ProgressBar:
 def plot_metrics(metrics_path: Path, png_path: Path) -> None:
     """Loss (and every eval metric) against step, one panel each, written to ``png_path``."""
     records = read_metrics(metrics_path)
-    if not records:
-        return
-    tmp = png_path.with_suffix(".tmp.png")
-    try:
-        metrics_figure(records).savefig(tmp, dpi=100)
-    except OSError as e:
-        raise write_error(e, str(png_path)) from None
-    tmp.replace(png_path)
+    if records:
+        save_figure(metrics_figure(records), png_path)
 
 
 def metrics_figure(records: list[dict]):
-    """A matplotlib Figure with one panel per logged value; ``null`` (undefined) values are left out and
-    counted in the title, and a value undefined at every step is a panel that says "undefined" instead of an
-    empty plot."""
-    from matplotlib.figure import Figure  # only for plots: importing it takes a while
-
+    """The loss, then every eval metric in name order, against step (figures.curves_figure)."""
     evals = sorted({k for r in records for k in r if k.startswith("eval/")})
-    panels = ["loss"] + evals
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig = Figure(figsize=(4.5 * cols, 3.2 * rows))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, key in zip(axes.flat, panels):
-        logged = [(r["step"], r[key]) for r in records if key in r]
-        points = [(step, value) for step, value in logged if value is not None]
-        title = key.removeprefix("eval/")
-        if len(points) < len(logged):
-            title += f" (undefined at {len(logged) - len(points)} of {len(logged)} steps)"
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="." if len(points) < 50 else None)
-            ax.grid(alpha=0.3)
-        else:
-            ax.text(0.5, 0.5, "undefined", ha="center", va="center", fontsize=14, color="0.4",
-                    transform=ax.transAxes)
-            ax.set_yticks([])
-            ax.set_xlim(logged[0][0] - 0.5, logged[-1][0] + 0.5)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.tight_layout()
-    return fig
+    return curves_figure(records, ["loss"] + evals)

@@ -55,6 +55,7 @@ from t2t.checkpoints import durable
 from t2t.checkpoints.loading import read_model_config
 from t2t.data.task import DEFAULT_SEQUENCE_LENGTH, Mixture, get_task_or_mixture, load_modules, member_tasks
 from t2t.evaluation import results
+from t2t.evaluation.figures import save_figure
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.train import DEFAULT_MODEL, TrainConfig
@@ -363,7 +364,7 @@ def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Pat
     lines += ["| " + row + " | " + " | ".join(f"{scores[t]:.2f}" for t in targets) + " |"
               for row, scores in table.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    heatmap_figure(table, targets, metric).savefig(out / "heatmap.png", dpi=100)
+    save_figure(heatmap_figure(table, targets, metric), out / "heatmap.png")
 
 
 def heatmap_figure(table: dict[str, dict[str, float]], targets: list[str], metric: str | None):

@@ -162,7 +162,24 @@ def test_all_checkpoints_reports_each_task_at_its_best_step(small_glue, capsys):
     saved = json.loads((small_glue / "run" / "eval" / "best.validation.json").read_text())
     assert {task: b["step"] for task, b in saved["tasks"].items()} == {task: b["step"] for task, b in best.items()}
     assert saved["run"] == str(small_glue / "run") and saved["settings"]["max_examples"] is None
+    png = small_glue / "run" / "eval" / "checkpoints.validation.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "best step" in capsys.readouterr().out
+
+
+def test_the_checkpoints_figure_draws_each_task_against_step_with_its_best_marked():
+    from t2t.evaluation.evaluate import checkpoints_figure
+    from t2t.evaluation.results import best_checkpoints
+    per_step = {7: {"rte": {"accuracy": 50.0}, "mrpc": {"f1": 60.0, "accuracy": 70.0}},
+                9: {"rte": {"accuracy": 70.0}, "mrpc": {"f1": None, "accuracy": 75.0}},
+                11: {"rte": {"accuracy": 60.0}, "mrpc": {"f1": 80.0, "accuracy": 90.0}}}
+    rte, mrpc = checkpoints_figure(per_step, best_checkpoints(per_step)).axes[:2]
+    assert rte.get_title() == "rte: accuracy" and mrpc.get_title() == "mrpc: mean of f1, accuracy (undefined at 1 of 3 steps)"
+    curve, star = rte.lines
+    assert list(curve.get_xdata()) == [7, 9, 11] and list(curve.get_ydata()) == [50.0, 70.0, 60.0]
+    assert (list(star.get_xdata()), list(star.get_ydata())) == ([9], [70.0])
+    assert [t.get_text() for t in rte.get_legend().get_texts()] == ["best: 70.00 at step 9"]
+    assert list(mrpc.lines[0].get_xdata()) == [7, 11] and list(mrpc.lines[1].get_xdata()) == [11]
 
 
 def test_all_checkpoints_needs_a_run_dir(tmp_path):
