@@ -13,6 +13,9 @@ Data that cannot be found raises :class:`DataNotFoundError` (a ``T2TError``), so
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -90,7 +93,8 @@ def _load_dataset(path: str, what: str, fix: str = "check the name and the files
         return datasets.load_dataset(path, **kwargs)
     except Exception as e:  # datasets raises many types
         failure = hub_failure(e, offline=datasets.config.HF_HUB_OFFLINE)
-        cls, reason, own_fix = _HUB_FAILURES.get(failure, (T2TError, _error_with_type(e), None))
+        told = e.__cause__ if isinstance(e, datasets.exceptions.DatasetGenerationError) and e.__cause__ else e
+        cls, reason, own_fix = _HUB_FAILURES.get(failure, (T2TError, _error_with_type(told), None))
         if failure == "not_found":
             cls, reason = DataNotFoundError, f"not found ({_error_with_type(e)})"
         raise cls(f"could not load {what} with datasets.load_dataset: {reason}; {own_fix or fix}.") from None
@@ -194,12 +198,55 @@ class DataFiles(Source):
     def load(self, split, data_dir=None):
         builder, defaults = self.BUILDERS[self.format]
         paths = self.paths(split, data_dir)
-        return _load_dataset(builder, f"{self.format} files {', '.join(paths)}", data_files={split: paths},
-                             split=split, **{**defaults, **self.builder_kwargs})
+        try:
+            with _datasets_log_quiet():  # a failure is told below, in one sentence
+                return _load_dataset(builder, f"{self.format} files {', '.join(paths)}",
+                                     data_files={split: paths}, split=split, **{**defaults, **self.builder_kwargs})
+        except DataNotFoundError:
+            raise
+        except T2TError:
+            problem = _file_problem(paths, self.format)
+            if problem is None:
+                raise
+            raise T2TError(problem) from None
 
     def describe(self):
         shown = "; ".join(f"{s}: {', '.join(map(str, p))}" for s, p in self.files.items())
         return f"{self.format} files ({shown})"
+
+
+@contextlib.contextmanager
+def _datasets_log_quiet():
+    """``datasets`` logs a file it fails to read (an error line) before it raises; t2t says it once."""
+    import datasets  # importing it sets its logger's level: first, so that ours holds
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _file_problem(paths: list[str], format: str) -> str | None:
+    """What makes data files that ``datasets`` failed to load unreadable, found by reading them (one sentence
+    naming the file, the line and the fix): a file without examples, or a JSON-lines line that is not an
+    object. None when neither explains the failure."""
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
+        if not lines:
+            return f"{format} file {path} holds no examples (it is empty); give it examples or leave it out."
+        for number, line in lines if format == "jsonl" else ():
+            try:
+                value = json.loads(line.strip())
+            except json.JSONDecodeError as e:
+                return f"{format} file {path}, line {number}, is not valid JSON ({e.msg} at column {e.colno}); " \
+                       f"fix that line."
+            if not isinstance(value, dict):
+                return f"{format} file {path}, line {number}, is a JSON {type(value).__name__}, not an object " \
+                       f"({{\"field\": value, ...}}); make each line one example's object."
+    return None
 
 
 def JsonlFiles(files, **kwargs) -> DataFiles:

@@ -55,7 +55,8 @@ def _feature_vocab(task: TokenizableTask, key: str, vocab):
     return feature_vocab
 
 
-def _tokenize_chunk(task: TokenizableTask, chunk: list[dict], vocab) -> list[dict]:
+def _tokenize_chunk(task: TokenizableTask, chunk: list[dict], vocab, first: int = 0) -> list[dict]:
+    """``chunk`` (examples ``first``, ``first + 1``, … of the split) with each text feature tokenized."""
     out = [dict(ex) for ex in chunk]
     for key in task.output_features:
         have = [i for i, ex in enumerate(chunk) if key in ex]
@@ -64,13 +65,14 @@ def _tokenize_chunk(task: TokenizableTask, chunk: list[dict], vocab) -> list[dic
         if len(have) != len(chunk):
             raise T2TError(f"task {task.name!r}: some examples have {key!r} and some do not; make the text "
                            f"preprocessors give every example the same fields.")
-        texts = []
-        for ex in chunk:
-            text = ex[key]
+        texts = [ex[key] for ex in chunk]
+        for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise T2TError(f"task {task.name!r}: feature {key!r} must be a string after the text "
-                               f"preprocessors, got {type(text).__name__}; make them return text.")
-            texts.append(text)
+                missing = " (a field missing from a data file reads as None)" if text is None else ""
+                raise T2TError(f"task {task.name!r}: feature {key!r} of example {first + i} (counting from 0 in "
+                               f"the data's order) must be a string after the text preprocessors, got "
+                               f"{type(text).__name__}{missing}; fix that example or make the preprocessors "
+                               f"return text.")
         ids = _feature_vocab(task, key, vocab).encode_batch(texts)
         for ex, text, row in zip(out, texts, ids):
             ex[f"{key}_pretokenized"] = text
@@ -88,13 +90,14 @@ def iter_tokenized(task: TokenizableTask, split: str, vocab, data_dir=None,
 
     def tokenized() -> Iterator[dict]:
         chunk: list[dict] = []
+        first = 0
         for example in task.text_examples(split, data_dir):
             chunk.append(example)
             if len(chunk) == TOKENIZE_CHUNK:
-                yield from _tokenize_chunk(task, chunk, vocab)
-                chunk = []
+                yield from _tokenize_chunk(task, chunk, vocab, first)
+                first, chunk = first + len(chunk), []
         if chunk:
-            yield from _tokenize_chunk(task, chunk, vocab)
+            yield from _tokenize_chunk(task, chunk, vocab, first)
 
     stream: Any = tokenized()
     if task.tokenized_preprocessors:

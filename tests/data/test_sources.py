@@ -64,11 +64,27 @@ def test_unknown_split_and_format(tmp_path):
         DataFiles({"train": "x"}, "xml")
 
 
-def test_broken_jsonl_is_one_sentence(tmp_path):
-    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": \n')
-    with pytest.raises(T2TError) as info:
+@pytest.mark.parametrize("content, message", [
+    ('{"text": "ok"}\n{"text": \n', r"jsonl file .*bad\.jsonl, line 2, is not valid JSON \(Expecting value at "
+                                    r"column 9\); fix that line\.$"),
+    ('{"text": "ok"}\n\n["a list"]\n', r"line 3, is a JSON list, not an object"),
+    ("", r"jsonl file .*bad\.jsonl holds no examples \(it is empty\)"),
+    ("\n  \n", r"holds no examples"),
+])
+def test_broken_jsonl_names_the_file_and_line_in_one_sentence(content, message, tmp_path, capfd):
+    (tmp_path / "bad.jsonl").write_text(content)
+    with pytest.raises(T2TError, match=message):
         list(JsonlFiles({"train": str(tmp_path / "bad.jsonl")}).load("train"))
-    assert "bad.jsonl" in str(info.value)
+    assert "Failed to" not in capfd.readouterr().err  # datasets' own log line is not printed besides
+
+
+def test_a_csv_file_datasets_cannot_read_says_why(tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(T2TError, match=r"csv file .*empty\.csv holds no examples"):
+        list(CsvFiles({"train": str(tmp_path / "empty.csv")}).load("train"))
+    (tmp_path / "bad.csv").write_text('a,b\n1,2\n"open quote\n')
+    with pytest.raises(T2TError, match=r"bad\.csv with datasets\.load_dataset: ParserError: .*EOF inside string"):
+        list(CsvFiles({"train": str(tmp_path / "bad.csv")}).load("train"))
 
 
 def test_saved_dataset(tmp_path):

@@ -51,6 +51,18 @@ def test_preprocessor_must_return_a_dict():
         list(task.text_examples("train"))
 
 
+def test_a_feature_that_is_not_text_names_the_example(monkeypatch):
+    """A JSON-lines example without 'targets' reads as None there: the error says which example."""
+    from t2t.data import tokenized
+    monkeypatch.setattr(tokenized, "TOKENIZE_CHUNK", 2)  # the example is in the second chunk: counted from 0
+    rows = ROWS + [{"inputs": "third", "targets": "yes"}, {"inputs": "fourth", "targets": None}]
+    task = in_memory_task("t", {"train": rows})
+    with pytest.raises(T2TError, match=r"feature 'targets' of example 3 \(counting from 0 in the data's order\) "
+                                       r"must be a string after the text preprocessors, got NoneType \(a field "
+                                       r"missing from a data file reads as None\)"):
+        task.examples("train", tiny_vocabulary())
+
+
 def _per_answer(ex):
     return [{"inputs": f"q: {ex['question']}", "targets": answer} for answer in ex["answers"]]
 
