@@ -229,23 +229,30 @@ def _datasets_log_quiet():
 
 
 def _file_problem(paths: list[str], format: str) -> str | None:
-    """What makes data files that ``datasets`` failed to load unreadable, found by reading them (one sentence
-    naming the file, the line and the fix): a file without examples, or a JSON-lines line that is not an
-    object. None when neither explains the failure."""
+    """What makes data files that ``datasets`` failed to load unreadable, found by reading them line by line
+    (one sentence naming the file, the line and the fix): a file without examples, or a JSON-lines line that
+    is not an object. None when neither explains the failure."""
     for path in paths:
+        empty = True
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
-        if not lines:
+            for number, line in enumerate(f, 1):
+                empty = empty and not line.strip()
+                problem = _json_line_problem(line) if format == "jsonl" and line.strip() else None
+                if problem:
+                    return f"{format} file {path}, line {number}, {problem}"
+        if empty:
             return f"{format} file {path} holds no examples (it is empty); give it examples or leave it out."
-        for number, line in lines if format == "jsonl" else ():
-            try:
-                value = json.loads(line.strip())
-            except json.JSONDecodeError as e:
-                return f"{format} file {path}, line {number}, is not valid JSON ({e.msg} at column {e.colno}); " \
-                       f"fix that line."
-            if not isinstance(value, dict):
-                return f"{format} file {path}, line {number}, is a JSON {type(value).__name__}, not an object " \
-                       f"({{\"field\": value, ...}}); make each line one example's object."
+    return None
+
+
+def _json_line_problem(line: str) -> str | None:
+    try:
+        value = json.loads(line.rstrip("\r\n"))  # columns as in the file
+    except json.JSONDecodeError as e:
+        return f"is not valid JSON ({e.msg} at column {e.colno}); fix that line."
+    if not isinstance(value, dict):
+        return (f"is a JSON {type(value).__name__}, not an object ({{\"field\": value, ...}}); make each line one "
+                f"example's object.")
     return None
 
 

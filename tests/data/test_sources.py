@@ -66,7 +66,7 @@ def test_unknown_split_and_format(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ('{"text": "ok"}\n{"text": \n', r"jsonl file .*bad\.jsonl, line 2, is not valid JSON \(Expecting value at "
-                                    r"column 9\); fix that line\.$"),
+                                    r"column 10\); fix that line\.$"),
     ('{"text": "ok"}\n\n["a list"]\n', r"line 3, is a JSON list, not an object"),
     ("", r"jsonl file .*bad\.jsonl holds no examples \(it is empty\)"),
     ("\n  \n", r"holds no examples"),
