@@ -10,7 +10,8 @@ One evaluation writes, under ``<output dir>/<split>/``::
 
 Files are named by task (or mixture), so evaluating one task never overwrites another's results, and each
 file says which checkpoint step it scored, how and when, so a file left by an earlier evaluation never
-reads as current and a subset's or a beam search's scores never read as the full greedy evaluation's. Undefined metrics (a correlation of constant predictions) are ``null`` with the reason beside.
+reads as current and a subset's or a beam search's scores never read as the full greedy evaluation's.
+Undefined metrics (a correlation of constant predictions) are ``null`` with the reason beside.
 """
 
 from __future__ import annotations
