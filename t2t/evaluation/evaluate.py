@@ -39,7 +39,7 @@ from t2t.models import distributed
 from t2t.checkpoints import durable
 from t2t.models import kernels
 from t2t.models.decoding import compiling_seconds
-from t2t.terminal import on_terminal
+from t2t.terminal import ProgressLines, on_terminal
 from t2t.evaluation import figures, results
 from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
@@ -424,7 +424,7 @@ def rank_in_batches(model, task: Task, examples: list[dict], inputs: list[np.nda
             pairs.append((i, text, np.append(np.asarray(ids, np.int64), vocab.eos_id)))
     scores = np.empty(len(pairs))
     pair_inputs = [inputs[i] for i, _, _ in pairs]
-    for idx in length_batches(pair_inputs, batch_size, task.name):
+    for idx in length_batches(pair_inputs, batch_size, task.name, unit="choices"):
         enc = pad_rows([pair_inputs[j] for j in idx]).to(device)
         targets = pad_rows([pairs[j][2] for j in idx]).to(device)
         with kernels.autocast(precision, device), model.dense_attention():
@@ -436,12 +436,15 @@ def rank_in_batches(model, task: Task, examples: list[dict], inputs: list[np.nda
     return [best[i][1] for i in range(len(examples))], sum(len(ids) for _, _, ids in pairs)
 
 
-def length_batches(rows: list, batch_size: int, desc: str):
-    """Index batches of ``rows`` grouped by length (less padding), with a progress bar on the main process."""
+def length_batches(rows: list, batch_size: int, desc: str, unit: str = "examples"):
+    """Index batches of ``rows`` grouped by length (less padding), with progress on the main process: a bar
+    on a terminal, else a line every half minute (``ProgressLines``)."""
     order = np.argsort([len(x) for x in rows], kind="stable")
+    lines = ProgressLines(desc, len(rows), unit, enabled=distributed.is_main())
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False,
                       disable=not (distributed.is_main() and on_terminal())):
         yield order[start:start + batch_size]
+        lines.update(len(order[start:start + batch_size]))
 
 
 def pad_rows(rows: list[np.ndarray]) -> torch.Tensor:

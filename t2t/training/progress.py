@@ -14,7 +14,7 @@ from t2t.checkpoints.durable import append_line, write_error
 from t2t.errors import T2TError
 from t2t.evaluation.figures import curves_figure, save_figure
 from t2t.evaluation.results import jsonable
-from t2t.terminal import on_terminal
+from t2t.terminal import eta, on_terminal
 
 
 class MetricsLog:
@@ -107,6 +107,7 @@ class ProgressBar:
 
     def __init__(self, total: int, initial: int = 0, enabled: bool = True):
         self.enabled = enabled
+        self.total, self.initial, self.start = total, initial, time.perf_counter()
         self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
                         disable=not (enabled and on_terminal()), desc="train")
 
@@ -122,8 +123,9 @@ class ProgressBar:
             return
         evals = ", ".join(f"{k[5:]} {v:.2f}" for k, v in record.items() if k.startswith("eval/"))
         if self.bar.disable:
+            left = eta(record["step"] - self.initial, self.total - self.initial, time.perf_counter() - self.start)
             print(f"step {record['step']}: " + ", ".join(f"{k} {v}" for k, v in postfix.items()) +
-                  (f", {evals}" if evals else ""), file=sys.stderr, flush=True)
+                  (f", {evals}" if evals else "") + f", ETA {left}", file=sys.stderr, flush=True)
         elif evals:
             self.bar.write(f"step {record['step']}: {evals}")
 

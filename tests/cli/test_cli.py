@@ -71,6 +71,7 @@ def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
     assert run.returncode == 0, output[-3000:]
     assert "\x1b[" not in output and "\r" not in output, repr(output[-2000:])
     assert "step 2: loss" in output and "cli_copy/accuracy" in output  # plain lines instead of the bar
+    assert re.search(r"step 1: loss .*, ETA \d\d:\d\d\n", output)  # how long the rest will take
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
