@@ -111,7 +111,9 @@ def test_flex_gradients_equal_sdpa_on_cuda(architecture):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_evaluation_of_a_flex_model_takes_sdpa_and_gives_its_predictions(monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU"))])
+def test_evaluation_of_a_flex_model_takes_sdpa_and_gives_its_predictions(device, monkeypatch):
     """Evaluation pads each batch to its own length, and compiled flex makes a graph per shape; evaluation
     runs the SDPA path (T5.dense_attention), the same function, and the model is left as it was."""
     from t2t.evaluation.evaluate import DecodingConfig, evaluate_task
@@ -119,11 +121,12 @@ def test_evaluation_of_a_flex_model_takes_sdpa_and_gives_its_predictions(monkeyp
     from t2t.models import kernels
     from t2t.testing import in_memory_task, tiny_vocabulary
     vocab = tiny_vocabulary()
-    sdpa, flex = sdpa_and_flex("encoder_decoder", vocab_size=vocab.vocab_size)
+    sdpa, flex = (m.to(device) for m in sdpa_and_flex("encoder_decoder", vocab_size=vocab.vocab_size, d_kv=16))
     rows = [{"inputs": "word " * n, "targets": ("yes", "no")[n % 2]} for n in (1, 4, 9, 16, 2, 25)]
     task = in_memory_task("lengths", {"validation": rows}, metric_fns=[accuracy], rank_choices=("yes", "no"))
     expected = {rank: evaluate_task(sdpa, task, vocab, "validation", decoding=DecodingConfig(batch_size=2),
-                                    rank_classification=rank)[1] for rank in (False, True)}
+                                    device=torch.device(device), rank_classification=rank)[1]
+                for rank in (False, True)}
 
     def flex_kernel(*args):
         raise AssertionError("FlexAttention ran in evaluation")
@@ -131,8 +134,8 @@ def test_evaluation_of_a_flex_model_takes_sdpa_and_gives_its_predictions(monkeyp
     monkeypatch.setattr(kernels, "_flex_attention", flex_kernel)
     for rank in (False, True):
         _, records, _ = evaluate_task(flex, task, vocab, "validation", decoding=DecodingConfig(batch_size=2),
-                                      rank_classification=rank)
+                                      device=torch.device(device), rank_classification=rank)
         assert [r["prediction"] for r in records] == [r["prediction"] for r in expected[rank]]
     assert flex.config.attention == "flex"
     with pytest.raises(AssertionError, match="FlexAttention ran"):  # outside evaluation, flex it is
-        flex.encode(torch.tensor([[5, 6, 1]]))
+        flex.encode(torch.tensor([[5, 6, 1]], device=device))
