@@ -35,6 +35,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -113,8 +114,15 @@ def run_study(cfg: StudyConfig, train_settings: Callable[[list[str]], TrainConfi
     starts = run_intermediates(cfg, out, threads)
     cells = [Cell(row, target, out / row / target, start_args + extra)
              for row, (start_args, extra) in rows(cfg, starts).items() for target in cfg.targets]
+    finished = itertools.count(1)  # next() is atomic: the pool's threads count without a lock
+
+    def run(cell: Cell) -> float:
+        score = run_cell(cfg, cell, threads)
+        log.info("%s → %s: %.2f (%d of %d cells done)", cell.row, cell.target, score, next(finished), len(cells))
+        return score
+
     with ThreadPoolExecutor(cfg.jobs) as pool:
-        scores = list(pool.map(lambda cell: run_cell(cfg, cell, threads), cells))
+        scores = list(pool.map(run, cells))
     table: dict[str, dict[str, float]] = {}
     for cell, score in zip(cells, scores):
         table.setdefault(cell.row, {})[cell.target] = score
@@ -260,7 +268,6 @@ def run_cell(cfg: StudyConfig, cell: Cell, threads: int) -> float:
         durable.write_atomic(result_file, json.dumps(
             {"row": cell.row, "target": cell.target, "score": score, "metric": cfg.metric,
              "metrics": recorded["metrics"], "eval_args": eval_args}, indent=2) + "\n")
-    log.info("%s → %s: %.2f", cell.row, cell.target, score)
     return score
 
 

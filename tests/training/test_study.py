@@ -2,7 +2,9 @@
 
 import csv
 import json
+import logging
 import math
+import re
 import textwrap
 
 import pytest
@@ -30,7 +32,8 @@ TASKS_MODULE = textwrap.dedent("""
 TINY = dict(vocab_size=512, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, dropout_rate=0.0)
 
 
-def test_one_by_one_grid_writes_table_and_heat_map_and_resumes(tmp_path, monkeypatch, capsys):
+def test_one_by_one_grid_writes_table_and_heat_map_and_resumes(tmp_path, monkeypatch, capsys, caplog):
+    caplog.set_level(logging.INFO)
     monkeypatch.setenv("T2T_VOCAB", str(tiny_vocabulary().path))
     (tmp_path / "tasks.py").write_text(TASKS_MODULE)
     (tmp_path / "tiny.json").write_text(json.dumps(TINY))
@@ -41,6 +44,7 @@ def test_one_by_one_grid_writes_table_and_heat_map_and_resumes(tmp_path, monkeyp
                             "--set input_length=16 --set target_length=8 --set pack=false --log-every 1",
             "--eval-args", f"--module {tmp_path / 'tasks.py'} --max-examples 2"]
     assert study_main(argv) == 0
+    assert re.search(r"study_echo → study_copy: [\d.]+ \(1 of 1 cells done\)", caplog.text)
     cell = out / "study_echo" / "study_copy"
     result = json.loads((cell / "study_result.json").read_text())
     assert result["score"] == pytest.approx((result["metrics"]["sequence_accuracy"] +
