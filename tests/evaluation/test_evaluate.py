@@ -174,7 +174,8 @@ def test_the_checkpoints_figure_draws_each_task_against_step_with_its_best_marke
                 9: {"rte": {"accuracy": 70.0}, "mrpc": {"f1": None, "accuracy": 75.0}},
                 11: {"rte": {"accuracy": 60.0}, "mrpc": {"f1": 80.0, "accuracy": 90.0}}}
     rte, mrpc = checkpoints_figure(per_step, best_checkpoints(per_step)).axes[:2]
-    assert rte.get_title() == "rte: accuracy" and mrpc.get_title() == "mrpc: mean of f1, accuracy (undefined at 1 of 3 steps)"
+    assert rte.get_title() == "rte: accuracy"
+    assert mrpc.get_title() == "mrpc: mean of f1, accuracy (undefined at 1 of 3 steps)"
     curve, star = rte.lines
     assert list(curve.get_xdata()) == [7, 9, 11] and list(curve.get_ydata()) == [50.0, 70.0, 60.0]
     assert (list(star.get_xdata()), list(star.get_ydata())) == ([9], [70.0])
