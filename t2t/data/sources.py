@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -215,17 +216,28 @@ class DataFiles(Source):
         return f"{self.format} files ({shown})"
 
 
+_QUIET = {"depth": 0, "level": logging.NOTSET}  # loads in progress inside _datasets_log_quiet, on any thread
+_QUIET_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _datasets_log_quiet():
-    """``datasets`` logs a file it fails to read (an error line) before it raises; t2t says it once."""
+    """``datasets`` logs a file it fails to read (an error line) before it raises; t2t says it once. Nested
+    and concurrent loads (a background thread's) restore the level only when the last one ends."""
     import datasets  # importing it sets its logger's level: first, so that ours holds
     logger = logging.getLogger("datasets")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    with _QUIET_LOCK:
+        if _QUIET["depth"] == 0:
+            _QUIET["level"] = logger.level
+            logger.setLevel(logging.CRITICAL)
+        _QUIET["depth"] += 1
     try:
         yield
     finally:
-        logger.setLevel(level)
+        with _QUIET_LOCK:
+            _QUIET["depth"] -= 1
+            if _QUIET["depth"] == 0:
+                logger.setLevel(_QUIET["level"])
 
 
 def _file_problem(paths: list[str], format: str) -> str | None:

@@ -228,3 +228,19 @@ def test_a_dataset_loading_script_never_runs(tmp_path, monkeypatch):
     with pytest.raises(T2TError, match="could not load"):
         HFDataset(str(repo)).load("train")
     assert not marker.exists()
+
+
+def test_overlapping_quiet_loads_restore_the_datasets_log_level_once_the_last_ends():
+    """A background thread's load may start before the main thread's ends and end after it."""
+    import contextlib
+    import logging
+    from t2t.data.sources import _datasets_log_quiet
+    logger = logging.getLogger("datasets")
+    before = logger.level
+    first, second = contextlib.ExitStack(), contextlib.ExitStack()
+    first.enter_context(_datasets_log_quiet())
+    second.enter_context(_datasets_log_quiet())
+    first.close()
+    assert logger.level == logging.CRITICAL  # the second load is still quiet
+    second.close()
+    assert logger.level == before
