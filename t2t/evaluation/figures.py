@@ -4,12 +4,13 @@ imported on use: importing it takes a while and most commands draw nothing."""
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from pathlib import Path
 from typing import Mapping
 
-from t2t.checkpoints.durable import write_error
+from t2t.checkpoints.durable import write_atomic
 
 TITLE_WIDTH = 56  # characters a line of a panel's title (4.5 inches wide, 10 points)
 
@@ -56,10 +57,7 @@ def _mark_best(ax, points: list[tuple[int, float]], step: int | None) -> None:
 
 
 def save_figure(figure, path: Path) -> None:
-    """``figure`` as a PNG at ``path``, written beside it and renamed into place."""
-    tmp = path.with_suffix(".tmp.png")
-    try:
-        figure.savefig(tmp, dpi=100)
-    except OSError as e:
-        raise write_error(e, str(path)) from None
-    tmp.replace(path)
+    """``figure`` as a PNG at ``path``, written atomically (``durable.write_atomic``)."""
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=100)
+    write_atomic(path, png.getvalue())
