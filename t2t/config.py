@@ -132,6 +132,17 @@ def check(settings: Any, *, positive: Iterable[str] = (), non_negative: Iterable
                 raise SettingError(name, requirement, value)
 
 
+def given(settings: Any, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` whose value in the settings dataclass differs from its default: what a user set,
+    for the checks that refuse a setting the rest of the settings leave unread."""
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+
+    def default(field: dataclasses.Field) -> Any:
+        return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+    return [name for name in names if getattr(settings, name) != default(fields[name])]
+
+
 def from_dict(cls: type[T], data: dict, where: str = "") -> T:
     """Build dataclass ``cls`` from ``data``, rejecting unknown keys and values of the wrong type."""
     if not isinstance(data, dict):

@@ -197,9 +197,7 @@ def check_rank_classification(cfg: EvalConfig, tasks: list[Task]) -> None:
     if not ranked:
         raise T2TError(f"no task of {cfg.mixture!r} has label strings to rank (rank_choices); evaluate by "
                        f"generation (leave out --rank-classification).")
-    defaults = DecodingConfig.__dataclass_fields__
-    given = [name for name in ("beam_size", "temperature", "top_k", "max_length")
-             if getattr(cfg, name) != defaults[name].default]
+    given = config.given(cfg, ("beam_size", "temperature", "top_k", "max_length"))
     if given and len(ranked) == len(tasks):
         raise T2TError(f"{given[0]} is a decoding setting, and with --rank-classification every task of "
                        f"{cfg.mixture!r} is scored by its label strings, not decoded; leave {given[0]} out, or "

@@ -56,10 +56,11 @@ class OptimizerConfig:
         """A setting that the chosen optimizer or schedule never reads is an error, not a silent no-op."""
         for name, chooser, value in (("adam_betas", "name", "adamw"), ("adam_eps", "name", "adamw"),
                                      ("rsqrt_offset", "schedule", "rsqrt")):
-            given, chosen = getattr(self, name), getattr(self, chooser)
-            if chosen != value and given != OptimizerConfig.__dataclass_fields__[name].default:
-                raise T2TError(f"optimizer.{name} {given!r} is only read when optimizer.{chooser} is {value}, and "
-                               f"it is {chosen}; set optimizer.{chooser}={value} or leave optimizer.{name} out.")
+            chosen = getattr(self, chooser)
+            if chosen != value and config.given(self, [name]):
+                raise T2TError(f"optimizer.{name} {getattr(self, name)!r} is only read when optimizer.{chooser} is "
+                               f"{value}, and it is {chosen}; set optimizer.{chooser}={value} or leave "
+                               f"optimizer.{name} out.")
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:

@@ -90,9 +90,7 @@ class TrainConfig:
                                      "eval_batch_size", "mixing_maximum", "mixing_temperature"),
                      non_negative=("keep_checkpoints", "eval_every", "threads", "batches_ahead"),
                      fraction=("dropout_rate",))
-        fields = TrainConfig.__dataclass_fields__
-        unread = [name for name in ("eval_mixture", "eval_max_examples", "eval_batch_size")
-                  if getattr(self, name) != fields[name].default]
+        unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size"))
         if unread and not self.eval_every:
             raise T2TError(f"{unread[0]} is set but eval_every is 0, so training evaluates nothing; set "
                            f"--eval-every N (steps between evaluations) or leave {unread[0]} out.")

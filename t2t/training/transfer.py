@@ -44,7 +44,7 @@ class TransferConfig:
         config.check(self, non_negative=("adapter_dim", "unfreeze_every", "unfreeze_steps"))
         if self.unfreeze_steps != sorted(self.unfreeze_steps):
             raise config.SettingError("unfreeze_steps", "in increasing order", self.unfreeze_steps)
-        given = [name for name in ("unfreeze_every", "unfreeze_steps") if getattr(self, name)]
+        given = config.given(self, ("unfreeze_every", "unfreeze_steps"))
         if given and self.unfreeze != "gradual":
             raise T2TError(f"transfer.{given[0]} is only read with transfer.unfreeze=gradual, and it is "
                            f"{self.unfreeze}; set transfer.unfreeze=gradual or leave transfer.{given[0]} out.")
