@@ -441,8 +441,9 @@ def length_batches(rows: list, batch_size: int, desc: str, unit: str = "examples
     lines = ProgressLines(desc, len(rows), unit, enabled=distributed.is_main())
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False,
                       disable=not (distributed.is_main() and on_terminal())):
-        yield order[start:start + batch_size]
-        lines.update(len(order[start:start + batch_size]))
+        batch = order[start:start + batch_size]
+        yield batch
+        lines.update(len(batch))
 
 
 def pad_rows(rows: list[np.ndarray]) -> torch.Tensor:
