@@ -16,8 +16,10 @@ Splits are the paper's (§2.3). Local copies: ``<data dir>/wmt/<en-de|en-fr|en-r
 official SGML pair ``<test set>-src.<en>.sgm`` / ``-ref.<xx>.sgm`` or aligned plain text ``<test set>.en`` /
 ``.xx`` (names below); otherwise the hub: ``wmt14``/``wmt15``/``wmt16`` (configs de-en, fr-en, ro-en).
 Differences from T5 to know: T5 trained en-de on TFDS ``wmt_t2t_translate`` (the tensor2tensor corpus), the hub
-has ``wmt14`` de-en; the hub's ``wmt15`` fr-en validation split also holds newsdiscussdev2015 and its test split is
-newsdiscusstest2015 (what WMT15 called its French-English news test).
+has ``wmt14`` de-en. En-fr validation from local files is newstest2014 alone, the paper's validation set (§2.3);
+the ``t5`` library read TFDS's ``wmt15`` fr-en, whose validation split, like the hub's, also holds
+newsdiscussdev2015, so a validation BLEU from the hub is t5's number and one from local files the paper's set.
+The test split is newsdiscusstest2015 (what WMT15 called its French-English news test).
 """
 
 from __future__ import annotations

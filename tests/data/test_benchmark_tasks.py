@@ -3,6 +3,7 @@ rules (``t5/data/preprocessors.py``: squad + _pad_punctuation, summarize, transl
 row format for what is not local, and the sources' errors."""
 
 import itertools
+import string
 
 import pytest
 
@@ -14,7 +15,7 @@ from t2t.errors import T2TError
 SUPER_BOWL_CONTEXT = (
     "Super Bowl 50 was an American football game to determine the champion of the National Football League "
     "( NFL ) for the 2015 season . The American Football Conference ( AFC ) champion Denver Broncos defeated "
-    "the National Football Conference ( NFC ) champion Carolina Panthers 24 – 10 to earn their third Super Bowl "
+    "the National Football Conference ( NFC ) champion Carolina Panthers 24–10 to earn their third Super Bowl "
     "title . The game was played on February 7 , 2016 , at Levi ' s Stadium in the San Francisco Bay Area at "
     "Santa Clara , California . As this was the 50th Super Bowl , the league emphasized the \" golden "
     "anniversary \" with various gold - themed initiatives , as well as temporarily suspending the tradition "
@@ -29,9 +30,12 @@ def first(task, split, data_dir, n):
 # ---------------------------------------------------------------------------------------------- SQuAD
 
 def test_pad_punctuation_follows_re2_ascii_classes():
-    # RE2's \W is ASCII: accented letters and dashes are padded too; runs of space collapse, ends are kept
-    assert pad_punctuation("Levi's 24–10,  café?") == "Levi ' s 24 – 10 , caf é ? "
-    assert pad_punctuation("a\tb\n\nc") == "a b c"
+    # RE2's [[:punct:]] is ASCII punctuation, "_" included: accented letters and dashes stay as they are
+    assert pad_punctuation("Levi's 24–10,  café?") == "Levi ' s 24–10 , café ? "
+    assert pad_punctuation("Beyoncé's snake_case [1]") == "Beyoncé ' s snake _ case [ 1 ] "
+    assert pad_punctuation(string.punctuation) == " " + " ".join(string.punctuation) + " "
+    # runs of RE2's \s collapse, ends are kept; a non-breaking space is not RE2's space
+    assert pad_punctuation("a\tb\n\nc\u00a0 d") == "a b c\u00a0 d"
 
 
 def test_squad_dev_rows_match_t5_strings(data_dir):
@@ -58,7 +62,7 @@ def test_squad_dev_size_and_last_row(data_dir):
     assert len(rows) == 10_570
     assert rows[-1]["inputs"].startswith(
         "question: What is the seldom used force unit equal to one thousand newtons ? context: ")
-    assert rows[-1]["targets"] == "sth è ne"
+    assert rows[-1]["targets"] == "sthène"
 
 
 SQUAD_TRAIN_ROW = {
