@@ -24,8 +24,8 @@ Registered here: ``corpus_span_corruption`` (alias ``corpus``) over ``<data dir>
 objectives comparison of T5 §3.3 (Tables 3-5), ``corpus_<objective>`` for every other objective in
 ``t2t.data.objectives.OBJECTIVES``: ``corpus_prefix_lm``, ``corpus_bert_style``, ``corpus_mass_style``,
 ``corpus_deshuffling``, ``corpus_iid_noise_replace_spans``, ``corpus_iid_noise_drop``, ``corpus_random_spans``;
-and ``corpus_full_lm`` (Table 2's LM objective: the whole chunk of ``target_length - 1`` tokens is the target,
-no inputs; for decoder-only models).
+and ``corpus_full_lm`` (Table 2's LM objective: the text, each document ended by EOS, cut into chunks of
+``target_length`` tokens, each the whole target, no inputs; for decoder-only models).
 The whole-text targets of BERT-style, MASS-style and deshuffling need ``target_length >= input_length``.
 """
 
@@ -150,17 +150,21 @@ def unsupervised_task(name: str, source: Source, objective: preprocessors.Object
         raise T2TError(f"objective must be a function like t2t.data.objectives.span_corruption, got {objective!r}.")
     if objective in preprocessors.PER_DOCUMENT_OBJECTIVES:
         docs_per_group = 1
-    # the full LM has no inputs (t5's c4_v220_full_lm has only "targets"): not even an EOS precedes the text
-    features = ({"inputs": Feature(add_eos=False, required=False), "targets": Feature()}
-                if objective is preprocessors.full_lm else default_output_features())
+    split = functools.partial(preprocessors.concat_and_split, feature_key="targets", docs_per_group=docs_per_group,
+                              length=functools.partial(preprocessors.chunk_length, objective=objective,
+                                                       **objective_options))
+    features, tokenized_preprocessors = default_output_features(), (split,)
+    if objective is preprocessors.full_lm:
+        # t5's full_lm: no inputs (not even an EOS), and EOS only at the end of each document, before the text
+        # is concatenated and cut, never at the end of a piece
+        features = {"inputs": Feature(add_eos=False, required=False), "targets": Feature(add_eos=False)}
+        tokenized_preprocessors = (preprocessors.append_eos, split)
     return Task(
         name=name,
         source=source,
         output_features=features,
         preprocessors=(functools.partial(preprocessors.rekey, key_map={"inputs": None, "targets": "text"}),),
-        tokenized_preprocessors=(functools.partial(
-            preprocessors.concat_and_split, feature_key="targets", docs_per_group=docs_per_group,
-            length=functools.partial(preprocessors.chunk_length, objective=objective, **objective_options)),),
+        tokenized_preprocessors=tokenized_preprocessors,
         token_preprocessors=(functools.partial(preprocessors.denoise, objective=objective, **objective_options),),
         description=description or f"{objective.__name__} over {source.describe()}",
     )

@@ -320,7 +320,8 @@ def prefix_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> d
 
 def full_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Table 2's "LM" objective (t5's ``full_lm``, task ``c4_v220_full_lm``): no inputs, the whole chunk
-    is the target, for decoder-only models (§3.2.3)."""
+    is the target, for decoder-only models (§3.2.3). Its tasks end each document with EOS before the text is
+    concatenated and cut (``t2t.data.preprocessors.append_eos``) and add none after, as t5 does."""
     del vocab_size, rng
     ids = _as_ids(tokens)
     return {"inputs": ids[:0], "targets": ids.copy()}
@@ -386,11 +387,11 @@ def tokens_length_for(objective: Objective, inputs_length: int, noise_density: f
 
 def chunk_length(sequence_length: dict[str, int] | None, *, objective: Objective, **options) -> int:
     """``tokens_length_for`` as a function of the pipeline's ``sequence_length`` (for ``concat_and_split``)."""
-    if objective is full_lm:  # the chunk is the target: t5 splits it to the targets length (here less EOS)
+    if objective is full_lm:  # the chunk is the target: t5 splits it (EOS at document ends) to the targets length
         if not sequence_length or "targets" not in sequence_length:
             raise T2TError("the full LM task cuts its text to the target length; pass target_length (the "
                            "pipeline's sequence_length['targets']).")
-        return int(sequence_length["targets"]) - 1
+        return int(sequence_length["targets"])
     if not sequence_length or "inputs" not in sequence_length:
         raise T2TError("this unsupervised task cuts its text to the encoder length; pass input_length (the "
                        "pipeline's sequence_length['inputs']).")

@@ -6,7 +6,8 @@ with ``functools.partial`` — ``rekey``, ``glue``, ``stsb``, ``prefix_text``, `
 T5's "simple" Winograd formulations (WSC, DPR, WNLI) are in ``t2t.data.winograd``.
 
 Tokenized stage (``Task.tokenized_preprocessors``): deterministic functions over a whole split's token dicts,
-cached with the tokens — ``concat_and_split`` (T5's ``reduce_concat_tokens`` + ``split_tokens``).
+cached with the tokens — ``concat_and_split`` (T5's ``reduce_concat_tokens`` + ``split_tokens``) and
+``append_eos`` (each document's end marked before they are concatenated, as t5's ``full_lm`` does).
 
 Per-draw token stage (``Task.token_preprocessors``): ``fn(features, rng, *, vocab, sequence_length)``; the
 objectives themselves (``span_corruption``, ``random_spans_helper``, ...) live in ``t2t.data.objectives`` and are
@@ -188,6 +189,15 @@ def squad(example: Mapping) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ tokenized stage
+
+
+def append_eos(examples: Iterable[Mapping[str, np.ndarray]], *, vocab, sequence_length=None,
+               feature_key: str = "targets") -> Iterator[dict]:
+    """seqio's ``append_eos`` on every document before ``concat_and_split``, so that EOS marks document
+    boundaries in the concatenated text (t5's ``full_lm``) instead of the end of every piece."""
+    del sequence_length
+    for example in examples:
+        yield {**example, feature_key: np.append(np.asarray(example[feature_key]), vocab.eos_id)}
 
 
 def concat_and_split(examples: Iterable[Mapping[str, np.ndarray]], *, vocab=None,

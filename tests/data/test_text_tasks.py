@@ -308,27 +308,30 @@ def test_shared_corpus_packed_batches(data_dir, t5_vocab_path):
     tokenized.clear_cache()
 
 
-def test_full_lm_over_a_folder_is_one_decoder_row_of_text(folder):
-    """Table 2's LM objective: chunks of target_length - 1 tokens, EOS last, no inputs (not even EOS), so a
-    decoder-only row is the start id followed by the text, and the loss covers all of it."""
+def test_full_lm_marks_document_ends_not_chunk_ends(folder):
+    """Table 2's LM objective as t5's ``full_lm``: each document ends in EOS, the text is concatenated and cut
+    into chunks of target_length, no EOS is added to a chunk, and there are no inputs (not even EOS); so a
+    decoder-only row is the start id followed by the chunk, and the loss covers all of it."""
     from t2t.data.pipeline import build_train_batches
     from t2t.testing import temporarily_registered
 
     vocab = tiny_vocabulary()
     task = text_files_task("tmp_full_lm", folder, ob.full_lm, register=False)
+    documents = [np.append(doc["targets"], EOS) for doc in tokenize(task, vocab)]
     pieces = chunks(task, vocab, {"inputs": 8, "targets": 16})
-    assert all(p["targets"].size == 15 for p in pieces[:-1])
+    assert len(documents) >= 3 and [p["targets"].size for p in pieces[:-1]] == [16] * (len(pieces) - 1)
+    assert np.concatenate([p["targets"] for p in pieces]).tolist() == np.concatenate(documents).tolist()
     with temporarily_registered(task):
         tokenized.clear_cache()
         batch = next(iter(build_train_batches(task.name, vocab=vocab, batch_size=2, input_length=8, target_length=16,
                                               pack=False, seed=0, architecture="decoder_only")))
     texts = {tuple(p["targets"]) for p in pieces}
     for row in range(2):
+        weights = batch["decoder_loss_weights"][row].tolist()
+        n = sum(weights)  # the chunk, then padding: no EOS of its own
         targets = batch["decoder_target_tokens"][row].tolist()
-        n = targets.index(EOS) + 1  # the chunk and its EOS, then padding
-        assert tuple(targets[:n - 1]) in texts and n <= 16 and not any(targets[n:])
-        assert batch["decoder_loss_weights"][row].tolist() == [1] * n + [0] * (24 - n)
-        assert batch["decoder_input_tokens"][row].tolist()[:n] == [0] + targets[:n - 1]
+        assert tuple(targets[:n]) in texts and weights == [1] * n + [0] * (len(weights) - n)
+        assert not any(targets[n:]) and batch["decoder_input_tokens"][row].tolist()[:n] == [0] + targets[:n - 1]
 
 
 def test_c4_has_t5s_lm_objectives_for_the_architecture_comparison():
