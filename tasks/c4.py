@@ -7,7 +7,9 @@ TFDS's ``c4/en:2.2.0`` that T5 used and ``allenai/c4``'s ``en`` are the same 364
 documents. The preprocessing is t5's: ``rekey(inputs=None, targets="text")``, tokenize, concatenate the
 documents in groups of 128 (``reduce_concat_tokens(batch_size=128)``; streaming cannot concatenate a whole
 split) and cut them into ``random_spans_helper(input_length, 0.15, 3.0)[0]`` tokens (568 for 512), then span
-corruption per draw: inputs 512 and targets 114 tokens including EOS. The prefix LM task cuts each document
+corruption per draw: inputs 512 and targets 114 tokens including EOS. Training reads the chunks through a
+seeded shuffle buffer of 1,000 (seqio's default for every task), so a batch does not hold the consecutive chunks
+of one group of documents (``t2t.data.pipeline.STREAM_SHUFFLE_BUFFER``). The prefix LM task cuts each document
 on its own instead (t5's ``prefix_lm``: ``split_tokens_to_inputs_length`` with no concatenation), so no example
 spans two documents.
 
@@ -16,7 +18,9 @@ the same streamed C4 under the paper's baseline objective (§3.1.4, i.i.d. noise
 tokens replaced by one sentinel, t5's ``iid_denoising``); in the t5 library its objective is set by gin.
 
 Not reproduced: t5's ``select_random_chunk(max_length=65536)`` in front, which only shortens the rare documents
-longer than 65,536 tokens to a random window (a random step before the deterministic, cached chunking).
+longer than 65,536 tokens to a random window (a random step before the deterministic, cached chunking); and
+seqio's shuffling of the source's files: every seed reads the hub's 1,024 train shards in their order, and only
+the buffer above differs between seeds.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -118,7 +118,7 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little") >> 1
 
 
-_MIX, _PERM, _DRAW = 1, 2, 3  # stream tags so the different draws never share a seed
+_MIX, _PERM, _DRAW, _BUFFER = 1, 2, 3, 4  # stream tags so the different draws never share a seed
 
 
 def position_uniforms(seed: int, start: int, count: int) -> np.ndarray:
@@ -130,6 +130,25 @@ def position_uniforms(seed: int, start: int, count: int) -> np.ndarray:
 def epoch_permutation(seed: int, task_name: str, epoch: int, n: int) -> np.ndarray:
     """The order in which a task's ``n`` examples are drawn in ``epoch``."""
     return np.random.default_rng([_PERM, int(seed), stable_hash(task_name), int(epoch)]).permutation(n)
+
+
+def buffer_rng(seed: int, task_name: str, epoch: int) -> np.random.Generator:
+    """The generator that shuffles a streaming task's ``epoch`` in its buffer (``shuffled_in_buffer``)."""
+    return np.random.default_rng([_BUFFER, int(seed), stable_hash(task_name), int(epoch)])
+
+
+def shuffled_in_buffer(items: Iterable, size: int, rng: np.random.Generator) -> Iterator:
+    """tf.data's ``shuffle(size)``, which seqio applies to every task it trains on: each item out is drawn
+    uniformly from a buffer holding the next ``size`` items of ``items``, then refilled from it."""
+    buffer: list = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        i = int(rng.integers(size))
+        yield buffer[i]
+        buffer[i] = item
+    yield from (buffer[i] for i in rng.permutation(len(buffer)))
 
 
 def draw_rng(seed: int, task_name: str, epoch: int, index: int) -> np.random.Generator:

@@ -8,8 +8,10 @@
 
 A draw is addressed by (task, count): the cached split is the task's examples *after* its text preprocessors,
 one-to-many ones included, so a resumed stream indexes the same expanded list. Streaming sources
-(``source.streaming``) are never cached: each epoch reads them again, in source order (no permutation), and
-resuming skips ahead by the number of (expanded) examples already drawn.
+(``source.streaming``) are never cached: each epoch reads them again, shuffled in a buffer of
+``STREAM_SHUFFLE_BUFFER`` examples seeded by (seed, task, epoch) as seqio shuffles a task (C4 would otherwise
+fill a batch with the chunks of one document), and resuming reads the epoch again up to the examples already
+drawn.
 
 ``clear_cache``, ``eval_examples``, ``iter_tokenized`` and ``tokenized_split`` live in ``t2t.data.tokenized`` and
 are importable from here as before.
@@ -27,7 +29,7 @@ import numpy as np
 
 from t2t.errors import T2TError
 from t2t.data.features import Packer, get_converter
-from t2t.data.mixing import MixtureSampler, draw_rng, epoch_permutation
+from t2t.data.mixing import MixtureSampler, buffer_rng, draw_rng, epoch_permutation, shuffled_in_buffer
 from t2t.data.sources import DataNotFoundError
 from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
 from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos, trimmed_lengths
@@ -36,13 +38,16 @@ log = logging.getLogger(__name__)
 
 _NOT_LOOKED_UP = -2  # TaskStream's mark for an example whose lengths were not asked for yet
 
+# seqio's default shuffle buffer (SHUFFLE_BUFFER_SIZE), for the sources that are read, not held, each epoch
+STREAM_SHUFFLE_BUFFER = 1000
 STATE_FORMAT = "t2t.data.pipeline/2"  # /1 held one sampler state per rank (each rank packed its own rows)
 
 # ------------------------------------------------------------------------------------------ one task's draws
 
 class TaskStream:
     """The ``count``-th draw of one task: epoch ``count // N``, position ``count % N`` of that epoch's
-    seeded permutation; streaming sources are read in order instead (``N`` learnt at the end of the first pass).
+    seeded permutation; streaming sources are read in order through a seeded shuffle buffer instead (``N``
+    learnt at the end of the first pass).
 
     ``max_tokens`` truncates the data to the longest prefix (in source order) of at most that many tokens
     (inputs and targets before any objective), which then repeats: the data-size study of T5 §3.4.2."""
@@ -58,7 +63,7 @@ class TaskStream:
         self._permutations: dict[int, np.ndarray] = {}  # the last few epochs' (draws look a batch ahead)
         self._epochs_logged = 0
         if self.streaming:
-            self.epoch, self.epoch_start = 0, 0
+            self.epoch, self.epoch_start, self.shuffle_buffer = 0, 0, STREAM_SHUFFLE_BUFFER
             self._restart()
         else:
             self.data = tokenized_split(task, split, vocab, data_dir, sequence_length)
@@ -90,17 +95,22 @@ class TaskStream:
 
     # -- streaming bookkeeping
     def _restart(self) -> None:
-        stream = iter_tokenized(self.task, self.split, self.vocab, self.data_dir, self.sequence_length)
-        self._iter = self._within_budget(stream)
+        stream = self._within_budget(iter_tokenized(self.task, self.split, self.vocab, self.data_dir,
+                                                    self.sequence_length))
+        self._iter = (shuffled_in_buffer(stream, self.shuffle_buffer, buffer_rng(self.seed, self.task.name, self.epoch))
+                      if self.shuffle_buffer > 1 else stream)
         self._next_count = self.epoch_start
         self._last = None
 
     def state_dict(self) -> dict | None:
-        return {"epoch": self.epoch, "epoch_start": self.epoch_start} if self.streaming else None
+        if not self.streaming:
+            return None
+        return {"epoch": self.epoch, "epoch_start": self.epoch_start, "shuffle_buffer": self.shuffle_buffer}
 
     def load_state_dict(self, state: Mapping | None) -> None:
         if self.streaming:
             self.epoch, self.epoch_start = int(state["epoch"]), int(state["epoch_start"])
+            self.shuffle_buffer = int(state.get("shuffle_buffer", 0))  # runs saved before 11-27 read in order
             self._restart()
 
     def _streamed(self, count: int) -> tuple[dict, int, int]:

@@ -334,19 +334,49 @@ def test_zero_rate_members_are_not_loaded(vocab):
         assert _build(vocab, "pipe_with_eval").rates == {"pipe_ok2": 1.0}
 
 
-def test_streaming_source_in_order_and_resumable(vocab):
+def test_streaming_source_shuffled_in_its_buffer_per_seed_and_epoch_and_resumable(vocab):
+    """seqio shuffles every task it trains on in a buffer of 1000 examples: an epoch of a streaming source is
+    its examples in a seeded order (the whole epoch here, being shorter than the buffer), another each epoch
+    and seed, and a resumed stream gives what the uninterrupted one does."""
     rows = _rows(7, "stream")
     task = Task("pipe_stream", GeneratorSource(lambda split: iter(rows), streaming=True))
+    expected = [vocab.decode(vocab.encode(r["inputs"])) for r in rows]
     with temporarily_registered(task):
         batches = _build(vocab, "pipe_stream", pack=False)
-        first = _decoded(vocab, batches.next_examples(10))
-        expected = [vocab.decode(vocab.encode(r["inputs"])) for r in rows]
-        assert first == expected + expected[:3]  # source order, then the next epoch
+        drawn = _decoded(vocab, batches.next_examples(14))
         state = batches.state_dict()
         more = _decoded(vocab, batches.next_examples(9))
         resumed = _build(vocab, "pipe_stream", pack=False)
         resumed.load_state_dict(state)
         assert _decoded(vocab, resumed.next_examples(9)) == more
+        other_seed = _decoded(vocab, _build(vocab, "pipe_stream", pack=False, seed=4).next_examples(7))
+    first, second = drawn[:7], drawn[7:]
+    assert sorted(first) == sorted(second) == sorted(other_seed) == sorted(expected)
+    assert len({tuple(expected), tuple(first), tuple(second), tuple(other_seed)}) == 4
+
+
+def test_shuffle_buffer_draws_each_item_once_from_the_next_size_items():
+    from t2t.data.mixing import shuffled_in_buffer
+
+    out = list(shuffled_in_buffer(range(100), 10, np.random.default_rng(0)))
+    assert sorted(out) == list(range(100)) and out != list(range(100))
+    assert all(item < position + 10 for position, item in enumerate(out))  # never from beyond the buffer
+    assert list(shuffled_in_buffer(range(5), 10, np.random.default_rng(0))) != list(range(5))
+
+
+def test_a_streaming_run_saved_before_the_shuffle_buffer_resumes_in_source_order(vocab):
+    rows = _rows(7, "stream")
+    task = Task("pipe_stream_old", GeneratorSource(lambda split: iter(rows), streaming=True))
+    with temporarily_registered(task):
+        batches = _build(vocab, "pipe_stream_old", pack=False)
+        batches.next_examples(3)
+        state = batches.state_dict()
+        for stream in state["streams"].values():
+            del stream["shuffle_buffer"]
+        resumed = _build(vocab, "pipe_stream_old", pack=False)
+        resumed.load_state_dict(state)
+        expected = [vocab.decode(vocab.encode(r["inputs"])) for r in rows]
+        assert _decoded(vocab, resumed.next_examples(4)) == expected[3:]
 
 
 def test_ranks_of_a_streaming_source_keep_the_rows_of_one_process(vocab):
@@ -397,7 +427,7 @@ def test_one_to_many_task_epochs_and_resume(vocab, streaming):
         batches = _build(vocab, "pipe_expand", pack=False)
         epoch = _decoded(vocab, batches.next_examples(12))
         round_trip = [vocab.decode(vocab.encode(text)) for text in expanded]
-        assert (epoch == round_trip) if streaming else (sorted(epoch) == sorted(round_trip))
+        assert sorted(epoch) == sorted(round_trip)
         state = json.loads(json.dumps(batches.state_dict()))
         more = _decoded(vocab, batches.next_examples(17))  # crosses into the third epoch
         resumed = _build(vocab, "pipe_expand", pack=False)
@@ -430,9 +460,8 @@ def test_max_tokens_repeats_the_same_prefix_and_resumes(vocab, streaming, caplog
         batches = _build(vocab, "pipe_budget", pack=False, max_tokens=120)
         n = len(prefix)
         drawn = _decoded(vocab, batches.next_examples(3 * n))
-        for epoch in range(3):  # every repeat holds exactly the prefix (in order when streamed)
-            repeat = drawn[epoch * n:(epoch + 1) * n]
-            assert (repeat if streaming else sorted(repeat)) == (prefix if streaming else sorted(prefix))
+        for epoch in range(3):  # every repeat holds exactly the prefix
+            assert sorted(drawn[epoch * n:(epoch + 1) * n]) == sorted(prefix)
         assert "repeat 2 of its first 120 tokens" in caplog.text
         state = batches.state_dict()
         more = _decoded(vocab, batches.next_examples(n + 2))
