@@ -502,6 +502,16 @@ def left_aligned_prefixes(tokens: torch.Tensor, pad_id: int, start_id: int) -> t
     return prefix.masked_fill(~valid, pad_id), valid
 
 
+def token_losses(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> torch.Tensor:
+    """Each position's cross-entropy in fp32, plus ``z_loss · log(Z)²`` when ``z_loss`` is set (log Z computed
+    once for both terms)."""
+    logits = logits.float()
+    if not z_loss:
+        return F.cross_entropy(logits, targets, reduction="none")
+    log_z = torch.logsumexp(logits, dim=-1)
+    return log_z - logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) + z_loss * log_z.square()
+
+
 class T5(nn.Module):
     """The Transformer of every architecture in ``ModelConfig.architecture``. Encoder-decoders keep the
     encoder stack as ``encoder`` (``shared_encoder_decoder``: the ``decoder`` stack, run without its
@@ -635,7 +645,8 @@ class T5(nn.Module):
                         decoder_causal_attention=decoder_causal_attention)
         return self.project(self.hidden_states({k: v for k, v in features.items() if v is not None}))
 
-    def loss_sums(self, batch: dict[str, torch.Tensor], lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss_sums(self, batch: dict[str, torch.Tensor], lm_weight: float = 0.0,
+                  z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """``(sum(weights · CE), sum(weights))`` for a batch of model features (docs/internals.md).
 
         Same value as cross-entropy over ``forward``'s logits, but the output layer and the softmax run only
@@ -644,7 +655,9 @@ class T5(nn.Module):
         L = L_task + λ·L_LM) over the positions that predict an input token of a decoder-only row (a
         non-padding target without task weight), each loss a mean over its own tokens as in GPT's code:
         the input positions weigh λ·(task weight / input tokens) of the batch, so that the sum divided by the
-        task weight (the second sum, unchanged) is mean task loss + λ·mean LM loss.
+        task weight (the second sum, unchanged) is mean task loss + λ·mean LM loss. ``z_loss`` adds T5's
+        ``z_loss · log(Z)²`` to each position's loss (mesh-tf's and t5x's 1e-4), Z the softmax's normaliser:
+        it keeps log Z near 0, so the logits stay log-probabilities and small enough for bf16.
         """
         h = self.hidden_states(batch)
         weights = batch.get("decoder_loss_weights")
@@ -657,12 +670,11 @@ class T5(nn.Module):
             inputs = (targets != self.config.pad_id) & (weights == 0)
             weights = weights + inputs * (lm_weight * task_weight / inputs.sum().clamp(min=1))
         if torch.compiler.is_compiling():  # static shapes, one graph: every position, padding weighs 0
-            ce = F.cross_entropy(self.project(h).float().flatten(0, 1), targets.flatten(), reduction="none")
-            return (ce * weights.flatten()).sum(), task_weight
+            losses = token_losses(self.project(h).flatten(0, 1), targets.flatten(), z_loss)
+            return (losses * weights.flatten()).sum(), task_weight
         keep = weights != 0
-        logits = self.project(h[keep])  # [N, V]
-        ce = F.cross_entropy(logits.float(), targets[keep], reduction="none")
-        return (ce * weights[keep]).sum(), task_weight
+        losses = token_losses(self.project(h[keep]), targets[keep], z_loss)  # logits [N, V] → [N]
+        return (losses * weights[keep]).sum(), task_weight
 
     def generate(self, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, **kwargs) -> torch.Tensor:
         """Decoded ids [B, ≤max_new_tokens] (greedy by default); see :func:`t2t.models.decoding.generate`.

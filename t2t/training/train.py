@@ -63,6 +63,7 @@ class TrainConfig:
     max_tokens: int | None = None     # train on each task's first N tokens, repeated (§3.4.2); None: all
     dropout_rate: float | None = None  # overrides the model config's (T5 used 0.1 everywhere)
     lm_loss_weight: float = 0.0       # GPT's λ (0.5 there): auxiliary LM loss over the inputs, decoder-only models
+    z_loss: float = 0.0               # T5's z_loss·log(Z)² per target token (1e-4 in mesh-tf, t5x and the pretrain/finetune recipes)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)  # adapters, freezing, unfreezing (§3.5.1)
     seed: int = 0                     # data order, initialisation and dropout masks
@@ -88,7 +89,7 @@ class TrainConfig:
         config.check(self, positive=("train_steps", "batch_size", "grad_accum_steps", "input_length",
                                      "target_length", "log_every", "save_every", "eval_max_examples",
                                      "eval_batch_size", "mixing_maximum", "mixing_temperature"),
-                     non_negative=("keep_checkpoints", "eval_every", "threads", "batches_ahead"),
+                     non_negative=("keep_checkpoints", "eval_every", "threads", "batches_ahead", "z_loss"),
                      fraction=("dropout_rate",))
         unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size"))
         if unread and not self.eval_every:
@@ -215,7 +216,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
     trained_only = None
     if cfg.transfer.save_trained_only:  # the base is the checkpoint the parent's weights came from
         trained_only = (trainable.trained_names(), checkpoint.base_reference(parent or cfg.init_from, resumed_from))
-    objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight), cfg.parallelism, device)
+    objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight, cfg.z_loss), cfg.parallelism, device)
     optimizer = build_optimizer(objective, cfg.optimizer)  # after wrapping: FSDP replaces the parameters
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
     if cfg.compile:  # one graph of fixed shapes (rows are padded or packed to the run's lengths), which
@@ -511,13 +512,13 @@ def count_tokens(batch: dict[str, torch.Tensor]) -> int:
 class TrainingObjective(torch.nn.Module):
     """The model under its loss: DDP and FSDP wrap this, so their hooks run around ``loss_sums``."""
 
-    def __init__(self, model: T5, lm_loss_weight: float = 0.0):
+    def __init__(self, model: T5, lm_loss_weight: float = 0.0, z_loss: float = 0.0):
         super().__init__()
         self.model = model
-        self.lm_loss_weight = lm_loss_weight
+        self.lm_loss_weight, self.z_loss = lm_loss_weight, z_loss
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        loss_sum, _ = self.model.loss_sums(batch, lm_weight=self.lm_loss_weight)
+        loss_sum, _ = self.model.loss_sums(batch, lm_weight=self.lm_loss_weight, z_loss=self.z_loss)
         return loss_sum
 
 

@@ -197,6 +197,27 @@ def test_loss_sums_equals_cross_entropy_of_forward():
     assert model.shared.weight.grad is not None and model.encoder.relative_attention_bias.weight.grad is not None
 
 
+def test_z_loss_adds_t5s_log_z_squared_to_each_target_and_its_gradient():
+    """mesh-tf's softmax_cross_entropy_with_logits(z_loss): each weighted position adds z_loss · log(Z)²."""
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    g = torch.Generator().manual_seed(5)
+    targets = torch.randint(2, 128, (2, 6), generator=g)
+    targets[0, 3:] = 0
+    batch = {"encoder_input_tokens": torch.randint(2, 128, (2, 9), generator=g),
+             "decoder_input_tokens": torch.cat([torch.zeros(2, 1, dtype=torch.long), targets[:, :-1]], 1),
+             "decoder_target_tokens": targets, "decoder_loss_weights": (targets != 0).long()}
+    logits = model(batch["encoder_input_tokens"], batch["decoder_input_tokens"]).transpose(1, 2)
+    weights = batch["decoder_loss_weights"]
+    expected = ((F.cross_entropy(logits, targets, reduction="none") + 0.1 * logits.logsumexp(1) ** 2) * weights).sum()
+    expected_grad = torch.autograd.grad(expected, model.shared.weight)[0]
+    loss, weight = model.loss_sums(batch, z_loss=0.1)
+    plain, _ = model.loss_sums(batch)
+    assert weight.item() == 9 and loss.item() > plain.item() + 9 * 0.1  # log Z of random logits is far from 0
+    assert torch.allclose(loss, expected, rtol=1e-5)
+    assert torch.allclose(torch.autograd.grad(loss, model.shared.weight)[0], expected_grad, rtol=1e-4, atol=1e-7)
+
+
 def test_dropout_only_in_training():
     torch.manual_seed(0)
     model = T5(ModelConfig(**{**TINY, "dropout_rate": 0.1}))

@@ -94,6 +94,16 @@ def test_losses_are_recorded_and_fall(copy_task, tmp_path, monkeypatch):
     assert (saved["mixture"], saved["train_steps"], saved["optimizer"]["name"]) == (TASK, 12, "adamw")
 
 
+def test_z_loss_adds_its_term_to_the_logged_loss(copy_task, tmp_path):
+    """The first step's loss is the initial model's: CE + z_loss · mean log(Z)², linear in z_loss."""
+    first = {z: losses(train(settings(copy_task, tmp_path / f"z{z}", train_steps=1, z_loss=z)))[0]
+             for z in (0.0, 0.01, 0.02)}
+    assert first[0.01] > first[0.0]
+    assert (first[0.02] - first[0.0]) / (first[0.01] - first[0.0]) == pytest.approx(2, rel=1e-3)
+    with pytest.raises(T2TError, match="z_loss"):
+        settings(copy_task, tmp_path / "negative", z_loss=-1e-4)
+
+
 def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path, monkeypatch, capsys):
     """Each logged window (one step here) says which share of its time the step waited for its batch: with
     batches that take 0.5 s to make and a tiny model's step of milliseconds, most of it; the plain progress
