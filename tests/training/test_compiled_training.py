@@ -60,14 +60,16 @@ def losses_of(records: list[dict]) -> list[float]:
     return [r["loss"] for r in records]
 
 
-def test_the_forward_pass_and_loss_are_one_graph_for_every_batch():
+@pytest.mark.parametrize("z_loss", [0.0, 1e-4])
+def test_the_forward_pass_and_loss_are_one_graph_for_every_batch(z_loss):
     """fullgraph=True fails on any graph break; the rows' count of scored tokens varies from batch to batch
     (the loss runs the output layer on those alone) and must not make a graph each. Graph breaks and graphs
     are dynamo's, before any backend: aot_eager traces the backward too but skips inductor's C++ builds."""
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # like train()'s device "auto"
     model = T5(ModelConfig(**TINY, dropout_rate=0.1)).train().to(device)
-    objective = torch.compile(TrainingObjective(model, 0.0), fullgraph=True, backend="aot_eager")
+    objective = torch.compile(TrainingObjective(model, 0.0, z_loss), fullgraph=True, backend="aot_eager")
+    torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     g = torch.Generator().manual_seed(1)
     for scored in (6, 4, 1):
