@@ -248,17 +248,20 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, 
     return found
 
 
-def check_resume(run: Run, settings: dict, allow_changed: bool = False) -> None:
+def check_resume(run: Run, settings: dict, allow_changed: bool = False, defaults: dict | None = None) -> None:
     """Compare a resumed run's ``settings`` (a TrainConfig as a dict) with those ``run`` recorded.
 
     Harmless changes (HARMLESS_CHANGES) are logged, one line each; any other difference, including a
     vocabulary with different pieces, breaks exact continuation and is one T2TError listing them all,
     unless ``allow_changed``. Where the data and modules are found is not compared (with_run_locations
-    logs a changed one), nor settings added to t2t after the run recorded its own.
+    logs a changed one). A setting added to t2t after the run recorded its own counts as its value in
+    ``defaults`` (the settings dataclass's defaults), which is what the run trained with; without
+    ``defaults`` such settings are not compared.
     """
     if not run.settings:
         return
-    recorded = {k: v for k, v in run.settings.items() if k not in LOCATIONS + ("model",)}
+    recorded = {k: v for k, v in with_defaults(run.settings, defaults or {}).items()
+                if k not in LOCATIONS + ("model",)}
     current = {k: v for k, v in settings.items() if k not in LOCATIONS + ("model",)}
     changes = [c for c in differences(recorded, current) if _has_key(recorded, c[0])]
     changes += model_changes(run.settings.get("model"), settings.get("model"))
@@ -278,6 +281,17 @@ def check_resume(run: Run, settings: dict, allow_changed: bool = False) -> None:
                        f"run's settings, or pass --allow-changed-settings to continue with the new ones.")
     for key, old, new in changes:
         log.info("resuming with %s %s (the run had %s)", key, _show(new), _show(old))
+
+
+def with_defaults(recorded: dict, defaults: dict) -> dict:
+    """``recorded`` with every key it lacks (at any depth) taken from ``defaults``."""
+    merged = dict(recorded)
+    for key, default in defaults.items():
+        if key not in merged:
+            merged[key] = default
+        elif isinstance(merged[key], dict) and isinstance(default, dict):
+            merged[key] = with_defaults(merged[key], default)
+    return merged
 
 
 def _why_breaking(run: Run, key: str) -> str:

@@ -183,7 +183,7 @@ def resume_settings(cfg: TrainConfig, latest: Path, allow_changed_settings: bool
     cfg = run_lib.with_run_locations(cfg, run)
     load_modules(cfg.modules)  # the lengths may come from a task the modules register
     cfg = with_sequence_lengths(cfg, run)
-    run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings)
+    run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings, defaults=config.to_dict(TrainConfig()))
     return cfg
 
 

@@ -293,13 +293,21 @@ def test_a_run_folder_that_cannot_be_written_is_one_sentence(setup, tmp_path):
         run_lib.record_run(tmp_path / "file" / "run", setup.vocab, [])
 
 
-def test_settings_added_to_t2t_after_a_run_was_recorded_are_not_differences(tmp_path):
+def test_settings_added_to_t2t_after_a_run_was_recorded_count_as_their_defaults(tmp_path):
+    """A run recorded before a setting existed trained with its default: the same is no difference, another
+    value breaks continuation (a z_loss that a recipe now sets, resumed with that recipe)."""
+    defaults = config.to_dict(TrainConfig())
     recorded = config.to_dict(TrainConfig(batch_size=8))
-    del recorded["threads"], recorded["optimizer"]["weight_decay"]  # as if written before they existed
+    del recorded["z_loss"], recorded["optimizer"]["weight_decay"]  # as if written before they existed
     run = run_lib.Run(tmp_path, tmp_path, recorded)
-    run_lib.check_resume(run, config.to_dict(TrainConfig(batch_size=8)))
+    run_lib.check_resume(run, config.to_dict(TrainConfig(batch_size=8)), defaults=defaults)
     with pytest.raises(T2TError, match=r"\(batch_size 8 → 16\)"):
-        run_lib.check_resume(run, config.to_dict(TrainConfig(batch_size=16)))
+        run_lib.check_resume(run, config.to_dict(TrainConfig(batch_size=16)), defaults=defaults)
+    with pytest.raises(T2TError, match=r"\(optimizer.weight_decay 0.0 → 0.1; z_loss 0.0 → 0.0001\)"):
+        changed = TrainConfig(batch_size=8, z_loss=1e-4)
+        changed.optimizer.weight_decay = 0.1
+        run_lib.check_resume(run, config.to_dict(changed), defaults=defaults)
+    run_lib.check_resume(run, config.to_dict(TrainConfig(batch_size=8, z_loss=1e-4)))  # without defaults: not compared
 
 
 def test_export_of_a_moved_run_ships_the_runs_own_vocabulary(setup, tmp_path):
