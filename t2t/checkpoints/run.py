@@ -16,7 +16,7 @@ run without the checksum file is refused the same way; ``verify=False`` skips th
 A run's module copies are code. Nothing imports them unasked: :func:`require_module_consent` refuses them
 unless the user passes ``--trust-modules`` or the same files with ``--module``; resuming training in a run
 is consent for module copies the user owns (written by their own t2t-train), not for those another user
-wrote. :func:`merge_settings` lays the
+wrote. The module names another user's run recorded are refused the same way. :func:`merge_settings` lays the
 user's explicit flags over a run's settings and logs one line per flag that overrides one of them;
 :func:`check_resume` lists how resumed settings differ from the recorded ones and refuses the differences
 that break exact continuation.
@@ -182,20 +182,28 @@ def _run_file_problem(run_dir: Path, files: list[Path], recorded: dict[str, str]
 
 
 def require_module_consent(run: Run | None, given: list[str], trusted: bool, resuming: bool = False) -> None:
-    """Refuse to import ``run``'s .py modules (code from a folder) unless the user consents: ``trusted``
-    (--trust-modules) or modules of their own (``given``, which replace the run's; a given file with the same
-    contents as a run's copy stands for it). ``resuming`` training in the run also consents for the copies
-    the user owns (their own t2t-train wrote them), never for those of another user."""
+    """Refuse to import ``run``'s modules unless the user consents: ``trusted`` (--trust-modules) or modules of
+    their own (``given``, which replace the run's; a given file with the same contents as a run's copy stands
+    for it). Module files are code from a folder: ``resuming`` training in the run consents only for the copies
+    the user owns (their own t2t-train wrote them). Module names are imported from the user's environment, but
+    which ones is the run's choice (a name can pick up a package in the working directory): they need no
+    consent only in the user's own run."""
     if run is None or given:
         return
     files = [m for m in run.modules if is_module_file(m)]
     if resuming:
         files = [m for m in files if not _owned_by_user(m)]
-    if files and trusted:
-        log.info("importing %s's module files %s (--trust-modules)", run.path, ", ".join(files))
+    names = [] if _owned_by_user(run.checkpoint / checkpoint.SETTINGS_FILE) else \
+        [m for m in run.modules if not is_module_file(m)]
+    asked = files + names
+    if asked and trusted:
+        log.info("importing %s's modules %s (--trust-modules)", run.path, ", ".join(asked))
     elif files:
         raise T2TError(f"run {run.path} would import its module files {', '.join(files)}, code that runs as "
                        f"you; read them and pass --trust-modules, or pass your own copies with --module.")
+    elif names:
+        raise T2TError(f"run {run.path}, which another user wrote, would import the modules {', '.join(names)}; "
+                       f"pass --trust-modules if you expect them, or name the modules you mean with --module.")
 
 
 def _owned_by_user(path: str) -> bool:

@@ -9,6 +9,7 @@ import os
 import pickle
 import shutil
 import stat
+import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -376,6 +377,27 @@ def test_resuming_ones_own_run_imports_its_modules_but_not_another_users(setup, 
     monkeypatch.undo()
     TASKS.unregister(TASK)
     assert train(settings(setup, tmp_path / "run", train_steps=4, vocab=None, modules=[]))[-1]["step"] == 4
+
+
+def test_module_names_another_users_run_recorded_are_imported_only_with_consent(setup, tmp_path, monkeypatch):
+    """A name is imported from the user's environment, but the run chose it (a package in the working directory
+    answers to it too): another user's run needs --trust-modules or the user's own --module."""
+    (tmp_path / "path").mkdir()
+    (tmp_path / "path" / "named_copy_task.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path / "path"))
+    train(settings(setup, tmp_path / "run", modules=["named_copy_task"]))
+    TASKS.unregister(TASK)
+    sys.modules.pop("named_copy_task")
+    evaluated = EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), max_examples=2, max_length=4)
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # as another user sees the run
+    with pytest.raises(T2TError, match=r"which another user wrote, would import the modules named_copy_task; "
+                                       r"pass --trust-modules"):
+        evaluate(evaluated)
+    assert "named_copy_task" not in sys.modules
+    assert evaluate(dataclasses.replace(evaluated, trust_modules=True))
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(tmp_path / "path"))
+    assert evaluate(evaluated)  # one's own run names its modules unasked
 
 
 def other_vocabulary_of_the_same_size(path) -> None:
