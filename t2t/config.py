@@ -31,9 +31,12 @@ def read_config_file(path: str | Path) -> dict:
     """Read a YAML or JSON mapping."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise T2TError(f"cannot read config file {path}: {e.strerror}; check the path.") from None
+    except UnicodeDecodeError as e:
+        raise T2TError(f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#x} at offset {e.start}); "
+                       f"save it as UTF-8.") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
@@ -71,18 +74,42 @@ def parse_overrides(pairs: Iterable[str]) -> dict:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise T2TError(f"setting {pair!r} is not of the form key=value.")
-        values.append((key.strip(), yaml.safe_load(raw) if raw else ""))
+        values.append((key.strip(), _override_value(key.strip(), raw)))
     return nest(values)
 
 
+def _override_value(key: str, raw: str) -> Any:
+    """``raw`` as YAML; text YAML cannot read (``*.bias``: ``*`` starts a YAML alias) is taken as a string,
+    unless it was meant as a list or mapping."""
+    try:
+        return yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as e:
+        if raw.lstrip().startswith(("[", "{")):
+            raise T2TError(f"setting {key}={raw} is not a valid YAML list or mapping ({str(e).splitlines()[0]}); "
+                           f"write it as [a, b] or quote the value.") from None
+        return raw
+
+
 def nest(values: Iterable[tuple[str, Any]]) -> dict:
-    """``[("optim.lr", 1e-3), ("steps", 10)]`` → ``{"optim": {"lr": 1e-3}, "steps": 10}``."""
+    """``[("optim.lr", 1e-3), ("steps", 10)]`` → ``{"optim": {"lr": 1e-3}, "steps": 10}``. A name given both
+    a string and fields (``model=t5-tiny``, ``model.num_layers=3``) becomes ``{"preset": ..., fields}``, as
+    in :func:`merge`."""
     result: dict = {}
     for key, value in values:
         node = result
         *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
+        for depth, part in enumerate(parents):
+            child = node.setdefault(part, {})
+            if isinstance(child, str):
+                child = node[part] = {PRESET: child}
+            elif not isinstance(child, dict):
+                raise T2TError(f"setting {'.'.join(parents[:depth + 1])} was given the value {child!r} and also "
+                               f"the field {key}; give one or the other.")
+            node = child
+        if isinstance(node.get(leaf), dict) and isinstance(value, str):
+            value = {**node[leaf], PRESET: value}
+        elif isinstance(node.get(leaf), dict):
+            raise T2TError(f"setting {key} was given fields and also the value {value!r}; give one or the other.")
         node[leaf] = value
     return result
 
@@ -202,15 +229,19 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
 
 def _coerce_list(hint: Any, value: Any, key: str) -> list | tuple:
     """A list or tuple setting; one value given to a list setting (``--set transfer.freeze=encoder.*``) is a
-    one-element list."""
+    one-element list; a tuple of fixed length (``adam_betas``) needs that many values."""
     one_value = typing.get_origin(hint) is list and value is not None and not isinstance(value, (list, tuple, dict))
     if one_value:
         value = [value]
     if not isinstance(value, (list, tuple)):
         raise _type_error(key, hint, value)
-    item = typing.get_args(hint)[0] if typing.get_args(hint) else Any
+    args = typing.get_args(hint)
+    fixed = typing.get_origin(hint) is tuple and args and args[-1] is not Ellipsis
+    if fixed and len(value) != len(args):
+        raise _type_error(key, hint, list(value))
+    items_hints = args if fixed else [args[0] if args else Any] * len(value)
     try:
-        items = [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        items = [_coerce(item, v, f"{key}[{i}]") for i, (item, v) in enumerate(zip(items_hints, value))]
     except T2TError:
         if one_value:
             raise _type_error(key, hint, value[0]) from None

@@ -67,6 +67,37 @@ def test_files_then_flags_then_overrides(tmp_path):
     assert cfg == Outer(steps=30, path="from-set", items=["run"], inner=Inner(rate=0.25))
 
 
+def test_override_values_yaml_cannot_read_are_text_unless_meant_as_a_list():
+    assert config.parse_overrides(["transfer.freeze=*.bias", "a=*"]) == {"transfer": {"freeze": "*.bias"}, "a": "*"}
+    with pytest.raises(T2TError, match=r"setting x=\[a, is not a valid YAML list or mapping .*write it as \[a, b\]"):
+        config.parse_overrides(["x=[a,"])
+
+
+def test_a_name_given_a_value_and_fields_is_a_preset_or_one_sentence():
+    expected = {"model": {"preset": "t5-tiny", "num_layers": 3}}
+    assert config.parse_overrides(["model=t5-tiny", "model.num_layers=3"]) == expected
+    assert config.parse_overrides(["model.num_layers=3", "model=t5-tiny"]) == expected
+    with pytest.raises(T2TError, match=r"setting max_examples was given the value 3 and also the field "
+                                       r"max_examples.x; give one or the other"):
+        config.parse_overrides(["max_examples=3", "max_examples.x=2"])
+    with pytest.raises(T2TError, match=r"setting inner was given fields and also the value 2"):
+        config.parse_overrides(["inner.rate=1", "inner=2"])
+
+
+@pytest.mark.parametrize("betas", ["[0.9]", "[0.9, 0.99, 0.5]"])
+def test_a_pair_setting_takes_two_values(betas):
+    from t2t.training.train import TrainConfig
+    with pytest.raises(T2TError, match=r"setting optimizer.adam_betas must be a list of 2 values, \[float, float\]"):
+        config.load(TrainConfig, overrides=[f"optimizer.adam_betas={betas}", "optimizer.name=adamw"])
+
+
+def test_a_config_file_that_is_not_utf8_is_one_sentence(tmp_path):
+    file = tmp_path / "latin1.yaml"
+    file.write_bytes("name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(T2TError, match=rf"config file {file} is not UTF-8 text \(byte 0xe9 at offset 9\); save it"):
+        config.read_config_file(file)
+
+
 def test_override_syntax_error():
     with pytest.raises(T2TError, match="not of the form key=value"):
         config.parse_overrides(["steps"])
