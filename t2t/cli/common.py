@@ -31,10 +31,14 @@ from t2t.evaluation.evaluate import with_run_settings
 from t2t.terminal import disable_progress_bars_off_terminal
 
 
-def run_cli(main):
-    """Wrap a ``main(argv)``: T2TError → one line on stderr and exit 2; Ctrl-C → exit 130; no progress bars
+def run_cli(main=None, *, resumable: bool = False):
+    """Wrap a ``main(argv)``: T2TError → one line on stderr and exit 2; running out of memory → one line and
+    exit 2; Ctrl-C → exit 130 (saying how to resume where the command can: ``resumable``); no progress bars
     when stderr is not a terminal. Run as a command (``argv`` None: the process is the command's own), freed
     memory is kept for reuse (``t2t.allocator``); called from Python with arguments, malloc is left alone."""
+    if main is None:
+        return functools.partial(run_cli, resumable=resumable)
+
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
         if argv is None:
@@ -44,14 +48,30 @@ def run_cli(main):
         try:
             return main(argv) or 0
         except T2TError as e:
-            end_progress_bars()
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
+        except (MemoryError, RuntimeError) as e:
+            if not is_out_of_memory(e):
+                raise
+            return fail(f"out of memory ({str(e).splitlines()[0] or type(e).__name__}); lower --batch-size or the "
+                        f"lengths (--max-length, input_length), or use a machine with more memory.")
         except KeyboardInterrupt:
-            print("interrupted; run the same command again to resume from the last checkpoint.",
-                  file=sys.stderr)
+            print("interrupted; run the same command again to resume from the last checkpoint." if resumable
+                  else "interrupted.", file=sys.stderr)
             return 130
     return wrapper
+
+
+def fail(message: str) -> int:
+    end_progress_bars()
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """torch's allocators raise RuntimeError (``torch.OutOfMemoryError`` on CUDA, "can't allocate memory" on
+    the CPU); Python's raise MemoryError."""
+    text = str(error)
+    return isinstance(error, MemoryError) or "out of memory" in text or "can't allocate memory" in text
 
 
 def end_progress_bars() -> None:

@@ -50,7 +50,7 @@ def train_settings(argv: list[str]) -> TrainConfig:
     return resolve(TrainConfig, train_cli.parser().parse_args(argv), [TASK, *train_cli.FLAGS])
 
 
-@run_cli
+@run_cli(resumable=True)
 def study_main(argv=None) -> int:
     args = parser().parse_args(argv)
     cfg = settings(args)

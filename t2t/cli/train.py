@@ -50,7 +50,7 @@ def settings(args: argparse.Namespace) -> TrainConfig:
     return resolve(TrainConfig, args, [TASK, *FLAGS], base=resumed_settings(cfg.output_dir, cfg.verify_checkpoints))
 
 
-@run_cli
+@run_cli(resumable=True)
 def train_main(argv=None) -> int:
     args = parser().parse_args(argv)
     cfg = settings(args)

@@ -92,9 +92,16 @@ def pick_device(name: str) -> torch.device:
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         return torch.device("cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
         raise T2TError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise T2TError(f"device {name!r} asked for, but this torch sees no CUDA GPU (torch {torch.__version__}); "
+                       f"use the device auto or cpu, or install a CUDA build of torch on a machine with a GPU.")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise T2TError(f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                       f"(cuda:0 to cuda:{torch.cuda.device_count() - 1}); pick one of them.")
+    return device
 
 
 def wrap_model(model: torch.nn.Module, parallelism: str, device: torch.device) -> torch.nn.Module:

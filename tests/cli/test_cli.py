@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from t2t import config
@@ -24,6 +25,40 @@ def test_t2t_error_is_one_line_and_status_2(capsys):
         raise T2TError("no such thing; do the other thing.")
     assert main([]) == 2
     assert capsys.readouterr().err == "error: no such thing; do the other thing.\n"
+
+
+@pytest.mark.parametrize("resumable, said", [(True, "interrupted; run the same command again to resume from the "
+                                                    "last checkpoint.\n"), (False, "interrupted.\n")])
+def test_ctrl_c_says_how_to_resume_only_where_the_command_resumes(capsys, resumable, said):
+    def main(argv):
+        raise KeyboardInterrupt
+    assert run_cli(main, resumable=resumable)([]) == 130
+    assert capsys.readouterr().err == said
+
+
+def test_running_out_of_memory_is_one_line_and_other_errors_are_not_hidden(capsys):
+    @run_cli
+    def main(argv):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 80000000000 bytes. Error code 12 (Cannot allocate memory)")
+    assert main([]) == 2
+    assert re.fullmatch(r"error: out of memory \(.*80000000000 bytes.*\); lower --batch-size or the lengths "
+                        r"\(--max-length, input_length\), or use a machine with more memory.\n", capsys.readouterr().err)
+
+    @run_cli
+    def broken(argv):
+        raise RuntimeError("shape mismatch")
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        broken([])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+@pytest.mark.parametrize("name", ["cuda", "cuda:1"])
+def test_a_cuda_device_without_cuda_is_one_sentence(name):
+    from t2t.models.distributed import pick_device
+    with pytest.raises(T2TError, match=rf"device '{name}' asked for, but this torch sees no CUDA GPU .*use the "
+                                       rf"device auto or cpu"):
+        pick_device(name)
 
 
 def test_vocab_folders_are_read_like_the_text_tasks(tmp_path):

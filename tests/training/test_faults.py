@@ -122,7 +122,7 @@ def run_scenario(spec: dict) -> int:
         resource.setrlimit(resource.RLIMIT_FSIZE, (spec["file_size_limit"],) * 2)
     FaultPoints(spec.get("at"), spec.get("action", "kill"), spec.get("only")).install(setattr)
     cfg = config.from_dict(TrainConfig, spec["settings"])
-    code = run_cli(lambda argv: train(cfg))([])
+    code = run_cli(lambda argv: train(cfg), resumable=True)([])
     sys.stderr.flush()
     return code
 
