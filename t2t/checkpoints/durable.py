@@ -37,9 +37,10 @@ _FIXES = {
     errno.ENOSPC: "free disk space",
     errno.EDQUOT: "free disk space (the quota is reached)",
     errno.EFBIG: "raise the file-size limit (ulimit -f)",
-    errno.EROFS: "choose a writable --output-dir",
-    errno.EACCES: "choose a writable --output-dir",
-    errno.EPERM: "choose a writable --output-dir",
+    errno.EROFS: "choose a writable folder",
+    errno.EACCES: "choose a writable folder",
+    errno.EPERM: "choose a writable folder",
+    errno.EISDIR: "that path is a folder: give a file's path",
 }
 
 

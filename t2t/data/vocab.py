@@ -376,7 +376,11 @@ def train_vocabulary(
     """
     lines = _training_lines(inputs)  # checked before anything is written
     prefix = Path(model_prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise T2TError(f"cannot create the folder of {prefix} ({e.strerror or e}); choose a writable place for the "
+                       f"vocabulary (t2t-vocab's --output).") from None
     settings = dict(
         model_prefix=str(prefix),
         vocab_size=vocab_size,

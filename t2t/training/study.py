@@ -109,7 +109,11 @@ def run_study(cfg: StudyConfig, train_settings: Callable[[list[str]], TrainConfi
         cfg = dataclasses.replace(cfg, train_args=train_args_for_machine(cfg))
     check_tasks(cfg, train_settings)
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise T2TError(f"cannot create the study folder {out} ({e.strerror or e}); choose a writable "
+                       f"--output-dir.") from None
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
     starts = run_intermediates(cfg, out, threads)
     cells = [Cell(row, target, out / row / target, start_args + extra)

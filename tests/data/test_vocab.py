@@ -296,3 +296,10 @@ def test_train_errors(tmp_path):
         train_vocabulary(iter(["a tiny text"]), tmp_path / "m", vocab_size=5000)
     with pytest.raises(T2TError, match="non-string"):
         train_vocabulary(iter(["words", 3]), tmp_path / "m", vocab_size=50)
+
+
+def test_a_vocabulary_folder_that_cannot_be_made_is_one_sentence(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(T2TError, match=r"cannot create the folder of .*file/sub/v \(Not a directory\); choose a "
+                                       r"writable place for the vocabulary"):
+        train_vocabulary(iter([TINY_TEXT]), tmp_path / "file" / "sub" / "v", vocab_size=TINY_VOCAB_PIECES)

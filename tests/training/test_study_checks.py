@@ -49,6 +49,16 @@ def test_every_task_is_checked_before_the_first_run_in_one_sentence(tmp_path, ca
     assert "check_mix has no" not in error and "check_nope" in error
 
 
+def test_a_study_folder_that_cannot_be_made_is_one_sentence(tmp_path, capsys):
+    (tmp_path / "tasks.py").write_text(TASKS_MODULE)
+    (tmp_path / "file").write_text("not a folder")
+    argv = ["--intermediates", "none", "--targets", "check_full", "--output-dir", str(tmp_path / "file" / "study"),
+            "--train-args", f"--module {tmp_path / 'tasks.py'} --config cpu-smoke"]
+    assert study_main(argv) == 2
+    assert capsys.readouterr().err == (f"error: cannot create the study folder {tmp_path / 'file' / 'study'} (Not a "
+                                       f"directory); choose a writable --output-dir.\n")
+
+
 def test_a_run_killed_by_a_signal_says_so_not_its_last_log_line(tmp_path, monkeypatch):
     killed = tmp_path / "python"
     killed.write_text("#!/bin/sh\necho 'step 3: loss 2.1'\nkill -9 $$\n")  # what the OOM killer leaves
