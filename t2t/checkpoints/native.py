@@ -327,7 +327,7 @@ def verify_checkpoint(path: str | os.PathLike, names: list[str] | None = None) -
         raise T2TError(f"checkpoint {path} has no {file.name}, so its files cannot be verified (it was deleted, "
                        f"or the checkpoint predates checksums); if you trust its files, record them with `cd "
                        f"{path} && sha256sum * > {file.name}`, or load it unchecked with --set "
-                       f"verify_checkpoints=false.")
+                       f"verify_checkpoints=false (t2t-train, t2t-eval, t2t-predict).")
     problem = _checksum_problem(path, names)
     if problem:
         raise T2TError(f"{problem}; {_fallback(path)}.")
