@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from t2t import config
 from t2t.checkpoints import native as checkpoint
@@ -45,9 +46,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings(args: argparse.Namespace) -> TrainConfig:
-    """The settings of this run: a run being resumed starts from its own."""
-    cfg = resolve(TrainConfig, args, [TASK, *FLAGS])
-    return resolve(TrainConfig, args, [TASK, *FLAGS], base=resumed_settings(cfg.output_dir, cfg.verify_checkpoints))
+    """The settings of this run: a run being resumed starts from its own. A model given for a resumed run stays
+    as given: merged into the run's recorded fields, ``--model t5-small`` would name the run's own model, and
+    resuming could not tell that it differs (and refuse it)."""
+    given = resolve(TrainConfig, args, [TASK, *FLAGS])
+    cfg = resolve(TrainConfig, args, [TASK, *FLAGS], base=resumed_settings(given.output_dir, given.verify_checkpoints))
+    return cfg if given.model is None else dataclasses.replace(cfg, model=given.model)
 
 
 @run_cli(resumable=True)

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import stat
 import sys
@@ -224,6 +225,16 @@ def test_t2t_train_resumes_with_the_runs_settings_when_given_only_the_run(setup,
     printed = yaml.safe_load(capsys.readouterr().out)
     assert (printed["batch_size"], printed["mixture"]) == (2, TASK)
     assert printed["vocab"] == str(tmp_path / "run" / "spiece.model")
+
+
+def test_t2t_train_refuses_another_model_for_a_resumed_run_and_takes_the_same_one(setup, tmp_path, capsys):
+    from t2t.cli import train_main
+    train(settings(setup, tmp_path / "run"))
+    capsys.readouterr()
+    base = ["--output-dir", str(tmp_path / "run"), "--train-steps", "3", "--module", setup.module]
+    assert train_main(base + ["--model", "t5-small"]) == 2
+    assert re.search(r"resuming .*run with a changed model \(model.d_model 32 → 512;", capsys.readouterr().err)
+    assert train_main(base + ["--model", setup.model]) == 0  # the run's own model, given again
 
 
 # -- t2t-predict: a run's predictions for any input, with evaluation's decoding
