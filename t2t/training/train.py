@@ -119,6 +119,11 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules:
     if cfg.transfer.unfreeze == "gradual" and distributed.is_distributed():
         raise T2TError("gradual unfreezing runs in one process (DDP needs a fixed set of trained parameters); "
                        "start t2t-train without torchrun, or freeze with transfer.freeze instead.")
+    if any(folder.is_dir() and checkpoint.is_checkpoint_dir(folder) for folder in (Path(cfg.output_dir),
+                                                                                     Path(cfg.output_dir).parent)):
+        raise T2TError(f"output dir {cfg.output_dir} is (inside) a checkpoint, whose files a run would overwrite; "
+                       f"pass its run folder to resume that run, or another --output-dir (--init-from the "
+                       f"checkpoint starts a new run from it).")
     # one writer per output dir (the main process writes everything in it)
     with durable.lock_output_dir(Path(cfg.output_dir)) if distributed.is_main() else contextlib.nullcontext():
         return train_in_output_dir(cfg, allow_changed_settings, trust_modules)

@@ -237,6 +237,16 @@ def test_t2t_train_refuses_another_model_for_a_resumed_run_and_takes_the_same_on
     assert train_main(base + ["--model", setup.model]) == 0  # the run's own model, given again
 
 
+@pytest.mark.parametrize("inside", ["step_00000002", "step_00000002/sub"])
+def test_a_checkpoint_as_output_dir_is_refused_before_anything_is_written(setup, tmp_path, inside):
+    train(settings(setup, tmp_path / "run"))
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    with pytest.raises(T2TError, match=r"is \(inside\) a checkpoint, whose files a run would overwrite; pass its "
+                                       r"run folder to resume that run, or another --output-dir"):
+        train(settings(setup, tmp_path / "run" / inside))
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+
+
 # -- t2t-predict: a run's predictions for any input, with evaluation's decoding
 
 
