@@ -166,8 +166,8 @@ def verify_run_files(run_dir: Path) -> None:
     problem = _run_file_problem(run_dir, files, recorded)
     if problem:
         raise T2TError(f"run file {problem} (checksums in {file}); it was replaced or damaged after training "
-                       f"wrote it, so restore the run's copy, or pass the file you mean with a flag (--vocab, "
-                       f"--module).")
+                       f"wrote it, so restore the run's copy, or, if you trust the files as they are now, record "
+                       f"them again with `cd {run_dir} && sha256sum {' '.join(names)} > {file.name}`.")
 
 
 def _run_file_problem(run_dir: Path, files: list[Path], recorded: dict[str, str]) -> str | None:

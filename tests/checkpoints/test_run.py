@@ -10,6 +10,7 @@ import pickle
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -446,6 +447,18 @@ def test_a_damaged_run_vocabulary_is_named(setup, tmp_path, damage):
         evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), modules=[setup.module]))
     with pytest.raises(T2TError, match=expected):
         train(settings(setup, tmp_path / "run", train_steps=3, vocab=None))
+
+
+def test_the_command_a_changed_run_file_suggests_records_it_again(setup, tmp_path):
+    train(settings(setup, tmp_path / "run"))
+    TASKS.unregister(TASK)
+    module = tmp_path / "run" / "modules" / "copy_task.py"
+    module.write_text(module.read_text() + "\n# edited by hand\n")
+    with pytest.raises(T2TError) as error:
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), trust_modules=True, max_length=4))
+    command = re.search(r"record them again with `(.*)`", str(error.value))[1]
+    subprocess.run(command, shell=True, check=True)
+    assert evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), trust_modules=True, max_length=4))
 
 
 def test_a_runs_copies_follow_the_umask(setup, tmp_path):
