@@ -39,6 +39,7 @@ import itertools
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -74,7 +75,7 @@ class StudyConfig:
     targets: list[str] = field(default_factory=list)        # columns: tasks fine-tuned on and evaluated
     intermediates: list[str] = field(default_factory=lambda: [NO_INTERMEDIATE])  # rows: tasks trained first
     methods: dict = field(default_factory=dict)             # rows instead: name → extra t2t-train arguments
-    train_args: list[str] = field(default_factory=list)     # for every t2t-train (none: what fits in memory)
+    train_args: list[str] = field(default_factory=list)     # for every t2t-train (none: what fits in memory); flag: --train-args='...'
     eval_args: list[str] = field(default_factory=list)      # for every t2t-eval, e.g. [--max-examples, 200]
     init_from: str | None = None                            # the base model (a run, HF folder or hub id)
     intermediate_steps: int = 100                           # training steps on each intermediate task
@@ -88,6 +89,26 @@ class StudyConfig:
             raise T2TError(f"study jobs must be ≥ 1, got {self.jobs}.")
         if self.methods and self.intermediates != [NO_INTERMEDIATE]:
             raise T2TError("a study's rows are either intermediate tasks or methods; give one of the two.")
+        self.methods = {name: _arguments(f"method {name}", args) for name, args in self.methods.items()}
+        for what, args in [("train_args", self.train_args), ("eval_args", self.eval_args),
+                           *((f"method {name}", args) for name, args in self.methods.items())]:
+            taken = next((a for a in args if a.split("=")[0] in STUDY_SETS), None)
+            if taken:
+                raise T2TError(f"study {what} has {taken}, which the study sets for each run itself; leave it out.")
+
+
+# the t2t-train and t2t-eval flags the study gives each run (its task, folders, steps)
+STUDY_SETS = frozenset({"--task", "--mixture", "--output-dir", "--checkpoint", "--train-steps"})
+
+
+def _arguments(what: str, value) -> list[str]:
+    """A row's extra arguments: a list of them, or one string split as a shell would split it."""
+    if isinstance(value, str):
+        return shlex.split(value)
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise T2TError(f"study {what} must be t2t-train arguments, as a list ([--set, x=1]) or one string; got "
+                       f"{value!r}.")
+    return value
 
 
 @dataclass

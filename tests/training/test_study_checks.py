@@ -49,6 +49,18 @@ def test_every_task_is_checked_before_the_first_run_in_one_sentence(tmp_path, ca
     assert "check_mix has no" not in error and "check_nope" in error
 
 
+def test_study_arguments_are_lists_or_shell_strings_and_leave_the_studys_own_flags_alone():
+    assert StudyConfig(targets=["rte"], methods={"a": "--set x=1", "b": ["--set", "y=2"]}).methods == {
+        "a": ["--set", "x=1"], "b": ["--set", "y=2"]}
+    with pytest.raises(T2TError, match=r"study method a must be t2t-train arguments, as a list \(\[--set, x=1\]\) "
+                                       r"or one string; got 3"):
+        StudyConfig(targets=["rte"], methods={"a": 3})
+    for where in ({"train_args": ["--output-dir", "x"]}, {"eval_args": ["--checkpoint=x"]},
+                  {"methods": {"a": "--train-steps 5"}}):
+        with pytest.raises(T2TError, match=r"which the study sets for each run itself; leave it out"):
+            StudyConfig(targets=["rte"], **where)
+
+
 def test_a_study_folder_that_cannot_be_made_is_one_sentence(tmp_path, capsys):
     (tmp_path / "tasks.py").write_text(TASKS_MODULE)
     (tmp_path / "file").write_text("not a folder")
