@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from t2t.errors import T2TError
 from t2t.hub import hub_failure
@@ -201,7 +201,7 @@ class DataFiles(Source):
         paths = self.paths(split, data_dir)
         try:
             with _datasets_log_quiet():  # a failure is told below, in one sentence
-                return _load_dataset(builder, f"{self.format} files {', '.join(paths)}",
+                rows = _load_dataset(builder, f"{self.format} files {', '.join(paths)}",
                                      data_files={split: paths}, split=split, **{**defaults, **self.builder_kwargs})
         except DataNotFoundError:
             raise
@@ -210,6 +210,7 @@ class DataFiles(Source):
             if problem is None:
                 raise
             raise T2TError(problem) from None
+        return _decoded(rows, paths, self.format)
 
     def describe(self):
         shown = "; ".join(f"{s}: {', '.join(map(str, p))}" for s, p in self.files.items())
@@ -240,14 +241,30 @@ def _datasets_log_quiet():
                 logger.setLevel(_QUIET["level"])
 
 
+def _decoded(rows: Iterable[dict], paths: list[str], format: str) -> Iterator[dict]:
+    """``rows``, with text that is not UTF-8 one sentence naming the file and line. The JSON builder loads such
+    bytes unchecked (Arrow validates UTF-8 only when a row is read), so the error comes here, not at load;
+    the files are scanned only then, as GLUE's reader does."""
+    try:
+        yield from rows
+    except UnicodeDecodeError as e:
+        raise T2TError(_file_problem(paths, format) or f"{format} files {', '.join(paths)} hold text that is not "
+                       f"UTF-8 ({e.reason}); save them as UTF-8.") from None
+
+
 def _file_problem(paths: list[str], format: str) -> str | None:
-    """What makes data files that ``datasets`` failed to load unreadable, found by reading them line by line
-    (one sentence naming the file, the line and the fix): a file without examples, or a JSON-lines line that
-    is not an object. None when neither explains the failure."""
+    """What makes data files that ``datasets`` failed to load (or read) unreadable, found by reading them line
+    by line (one sentence naming the file, the line and the fix): a file without examples, a line that is not
+    UTF-8, or a JSON-lines line that is not an object. None when none explains the failure."""
     for path in paths:
         empty = True
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, 1):
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    return (f"{format} file {path}, line {number}, is not UTF-8 (byte {raw[e.start]:#04x} at column "
+                            f"{e.start + 1}); save the file as UTF-8.")
                 empty = empty and not line.strip()
                 problem = _json_line_problem(line) if format == "jsonl" and line.strip() else None
                 if problem:

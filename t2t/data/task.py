@@ -207,8 +207,13 @@ class Task:
         """
         read = kept = 0
         for example in self.raw_examples(split, data_dir):
+            try:  # the preprocessors only: reading raises its own errors (a UnicodeDecodeError is a ValueError)
+                outs = self.preprocess_all(example)
+            except PREPROCESSOR_ERRORS as e:
+                raise preprocessing_failure(self, f"example {read} of split {split!r} (counting from 0 in the data's "
+                                                  f"order)", example, e) from None
             read += 1
-            for out in self.preprocess_all(example):
+            for out in outs:
                 kept += 1
                 yield out
         if read == 0:
@@ -346,6 +351,24 @@ class Mixture:
 
 
 _AVAILABLE: dict = {}
+
+# What a text preprocessor raises on an example without the fields (or types) it expects; T2TError passes as is.
+PREPROCESSOR_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def preprocessing_failure(task: Task, what: str, example: Mapping, error: Exception) -> T2TError:
+    """One sentence for a text preprocessor of ``task`` that raised ``error`` (one of ``PREPROCESSOR_ERRORS``)
+    on ``example`` (``what`` names it: "example 3 of split 'train'"): the error, the fields the example has
+    (None ones flagged: a JSON-lines row without a field has it as None) and the fix."""
+    said = (str(error).strip().splitlines() or [""])[0][:200]
+    reason = f"{type(error).__name__}: {said}" if said else type(error).__name__
+    has = f"the example has fields {', '.join(map(str, example))}" if example else "the example has no fields"
+    nones = [str(k) for k, v in example.items() if v is None]
+    if nones:
+        has += (f", of which {', '.join(nones)} {'is' if len(nones) == 1 else 'are'} None (a field missing from a "
+                f"JSON-lines file reads as None)")
+    return T2TError(f"task {task.name!r} cannot preprocess {what}: {reason}; {has}; fix that example in the data "
+                    f"or make the preprocessors handle it.")
 
 
 def _share_of(inner: Mixture, task_name: str, rate: float, maximum: float | None, temperature: float | None):

@@ -22,7 +22,7 @@ from t2t.models import distributed
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, pinned,
                                      trim_inputs, trusted_run_settings)
-from t2t.data.task import Task, get_task_or_mixture, load_modules
+from t2t.data.task import PREPROCESSOR_ERRORS, Task, get_task_or_mixture, load_modules
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def preprocessed_inputs(task: Task, raw: dict, number: int) -> str:
     except KeyError as e:
         raise T2TError(f"input line {number} has no field {e.args[0]!r}, which task {task.name}'s preprocessing "
                        f"reads; give the task's raw fields (t2t-show --task {task.name} --raw prints some).") from None
-    except (TypeError, ValueError, AttributeError) as e:
+    except PREPROCESSOR_ERRORS as e:
         raise T2TError(f"input line {number}: task {task.name}'s preprocessing cannot read its fields ({e}); "
                        f"give the task's raw fields with their types (t2t-show --task {task.name} --raw prints "
                        f"some).") from None

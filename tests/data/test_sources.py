@@ -87,6 +87,18 @@ def test_a_csv_file_datasets_cannot_read_says_why(tmp_path):
         list(CsvFiles({"train": str(tmp_path / "bad.csv")}).load("train"))
 
 
+@pytest.mark.parametrize("source, content, where", [
+    # datasets reads a JSON-lines file's text unchecked, a TSV's when it loads: the same sentence either way
+    (JsonlFiles, b'{"text": "ok"}\n{"text": "caf\xe9"}\n', r"line 2, is not UTF-8 \(byte 0xe9 at column 14\)"),
+    (TsvFiles, b"text\tlabel\nok\t1\ncaf\xe9\t1\n", r"line 3, is not UTF-8 \(byte 0xe9 at column 4\)"),
+])
+def test_a_non_utf8_byte_in_a_data_file_names_file_and_line(source, content, where, tmp_path):
+    path = tmp_path / "latin1.data"
+    path.write_bytes(content)
+    with pytest.raises(T2TError, match=f"file {path}, {where}; save the file as UTF-8\\.$"):
+        list(source({"train": str(path)}).load("train"))
+
+
 def test_saved_dataset(tmp_path):
     import datasets
     datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS),

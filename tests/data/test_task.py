@@ -263,6 +263,29 @@ def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
         list(show_examples("my_sentiment", "validation", 1, data_dir=data))
 
 
+def test_a_row_without_the_fields_the_preprocessors_read_is_one_sentence(tmp_path, custom_task_module):
+    """The docs' task on a JSON-lines row without fields (they read as None) and on a TSV whose header renamed
+    'label': the error names the task, split, example, exception and the fields the example has."""
+    from t2t.data.sources import TsvFiles
+
+    (tmp_path / "sentiment").mkdir()
+    (tmp_path / "sentiment" / "validation.jsonl").write_text('{"text": "fine", "label": "positive"}\n{}\n')
+    load_modules([str(custom_task_module)])
+    task = get_task("my_sentiment")
+    with pytest.raises(T2TError, match=r"^task 'my_sentiment' cannot preprocess example 1 of split 'validation' "
+                                       r"\(counting from 0 in the data's order\): TypeError: 'NoneType' object is "
+                                       r"not subscriptable; the example has fields text, label, of which text, label "
+                                       r"are None \(a field missing from a JSON-lines file reads as None\); fix"):
+        list(task.text_examples("validation", tmp_path))
+
+    (tmp_path / "renamed.tsv").write_text("text\tlabl\nfine\tpositive\n")
+    renamed = dataclasses.replace(task, source=TsvFiles({"validation": str(tmp_path / "renamed.tsv")}))
+    with pytest.raises(T2TError, match=r"example 0 of split 'validation' .*: KeyError: 'label'; the example has "
+                                       r"fields text, labl; fix that example in the data or make the preprocessors "
+                                       r"handle it\.$"):
+        list(renamed.text_examples("validation"))
+
+
 # ---------------------------------------------------------------------------------------------- T5's lengths
 
 @pytest.mark.parametrize("name, lengths", [
