@@ -14,6 +14,7 @@ Data that cannot be found raises :class:`DataNotFoundError` (a ``T2TError``), so
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import logging
 import os
@@ -166,7 +167,10 @@ class DataFiles(Source):
     Text files give one example ``{"text": line}`` per line.
     """
 
-    BUILDERS = {"jsonl": ("json", {}), "json": ("json", {}), "csv": ("csv", {}), "tsv": ("csv", {"sep": "\t"}),
+    # pandas reads "NA", "null", "None" … as missing values, and a TSV field that starts with a quote as quoted:
+    # text data means them as text (a TSV is not quoted: GLUE's, read as TFDS reads it, csv.QUOTE_NONE)
+    BUILDERS = {"jsonl": ("json", {}), "json": ("json", {}), "csv": ("csv", {"keep_default_na": False}),
+                "tsv": ("csv", {"sep": "\t", "keep_default_na": False, "quoting": csv.QUOTE_NONE}),
                 "text": ("text", {})}
 
     def __init__(self, files: Mapping[str, PathLike | Sequence[PathLike]], format: str, *,

@@ -99,6 +99,15 @@ def test_a_non_utf8_byte_in_a_data_file_names_file_and_line(source, content, whe
         list(source({"train": str(path)}).load("train"))
 
 
+def test_text_that_pandas_would_read_as_missing_or_quoted_stays_as_written(tmp_path):
+    (tmp_path / "a.tsv").write_text('text\tlabel\nNA\t1\nNone\t0\n"quoted" start\t1\nnull\t0\n')
+    assert [r["text"] for r in TsvFiles({"train": str(tmp_path / "a.tsv")}).load("train")] == [
+        "NA", "None", '"quoted" start', "null"]
+    (tmp_path / "a.csv").write_text('text,label\nNA,1\n"a, b",0\n')
+    assert list(CsvFiles({"train": str(tmp_path / "a.csv")}).load("train")) == [{"text": "NA", "label": 1},
+                                                                                  {"text": "a, b", "label": 0}]
+
+
 def test_saved_dataset(tmp_path):
     import datasets
     datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS),
