@@ -374,6 +374,8 @@ def train_vocabulary(
     At most ``input_sentence_size`` lines (a uniform sample when there are more) are used, which bounds
     memory for large corpora. ``options`` pass through to ``SentencePieceTrainer.train``.
     """
+    if vocab_size < 4:
+        raise T2TError(f"vocab_size must be at least 4 (pad, eos and unk take 3 of the pieces), got {vocab_size}.")
     lines = _training_lines(inputs)  # checked before anything is written
     prefix = Path(model_prefix)
     try:
@@ -428,10 +430,11 @@ def _train_sentencepiece(lines: Iterator[str], settings: dict) -> None:
             raise counted.error from None
         if counted.count == 0:
             raise T2TError("train_vocabulary got no text (every input is empty); pass non-empty text files.") from None
-        raise T2TError(
-            f"SentencePiece could not train a {settings['vocab_size']}-piece {settings['model_type']} vocabulary "
-            f"({str(error).strip()}); lower vocab_size or give it more text."
-        ) from None
+        # too small for the text's characters, or too large for its words
+        fix = ("raise vocab_size or lower character_coverage" if "smaller than required_chars" in str(error)
+               else "lower vocab_size or give it more text")
+        raise T2TError(f"SentencePiece could not train a {settings['vocab_size']}-piece {settings['model_type']} "
+                       f"vocabulary ({str(error).strip()}); {fix}.") from None
     if counted.error is not None:  # reading the input failed part way: do not return a model of half the text
         raise counted.error
 

@@ -303,3 +303,16 @@ def test_a_vocabulary_folder_that_cannot_be_made_is_one_sentence(tmp_path):
     with pytest.raises(T2TError, match=r"cannot create the folder of .*file/sub/v \(Not a directory\); choose a "
                                        r"writable place for the vocabulary"):
         train_vocabulary(iter([TINY_TEXT]), tmp_path / "file" / "sub" / "v", vocab_size=TINY_VOCAB_PIECES)
+
+
+@pytest.mark.parametrize("size", [-5, 3])
+def test_a_vocabulary_size_below_the_special_pieces_is_one_sentence(tmp_path, size):
+    with pytest.raises(T2TError, match=rf"vocab_size must be at least 4 \(pad, eos and unk take 3 of the pieces\), "
+                                       rf"got {size}"):
+        train_vocabulary(iter([TINY_TEXT]), tmp_path / "v", vocab_size=size)
+
+
+def test_a_vocabulary_too_small_for_the_texts_characters_says_to_raise_it(tmp_path):
+    with pytest.raises(T2TError, match=r"Vocabulary size is smaller than required_chars.*; raise vocab_size or lower "
+                                       r"character_coverage\.$"):
+        train_vocabulary(iter([TINY_TEXT]), tmp_path / "v", vocab_size=5, character_coverage=1.0)
