@@ -91,6 +91,9 @@ class TrainConfig:
                                      "eval_batch_size", "mixing_maximum", "mixing_temperature"),
                      non_negative=("keep_checkpoints", "eval_every", "threads", "batches_ahead", "z_loss"),
                      fraction=("dropout_rate",))
+        if not self.output_dir.strip():
+            raise T2TError("output_dir is empty, which would write the run into the working directory; pass "
+                           "--output-dir RUN.")
         unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size"))
         if unread and not self.eval_every:
             raise T2TError(f"{unread[0]} is set but eval_every is 0, so training evaluates nothing; set "

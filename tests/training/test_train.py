@@ -104,6 +104,11 @@ def test_z_loss_adds_its_term_to_the_logged_loss(copy_task, tmp_path):
         settings(copy_task, tmp_path / "negative", z_loss=-1e-4)
 
 
+def test_an_empty_output_dir_is_refused(copy_task):
+    with pytest.raises(T2TError, match=r"output_dir is empty, which would write the run into the working directory"):
+        settings(copy_task, " ")
+
+
 def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path, monkeypatch, capsys):
     """Each logged window (one step here) says which share of its time the step waited for its batch: with
     batches that take 0.5 s to make and a tiny model's step of milliseconds, most of it; the plain progress
