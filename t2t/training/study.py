@@ -75,7 +75,7 @@ class StudyConfig:
     targets: list[str] = field(default_factory=list)        # columns: tasks fine-tuned on and evaluated
     intermediates: list[str] = field(default_factory=lambda: [NO_INTERMEDIATE])  # rows: tasks trained first
     methods: dict = field(default_factory=dict)             # rows instead: name → extra t2t-train arguments
-    train_args: list[str] = field(default_factory=list)     # for every t2t-train (none: what fits in memory); flag: --train-args='...'
+    train_args: list[str] = field(default_factory=list)     # for every t2t-train (none: what fits); --train-args='...'
     eval_args: list[str] = field(default_factory=list)      # for every t2t-eval, e.g. [--max-examples, 200]
     init_from: str | None = None                            # the base model (a run, HF folder or hub id)
     intermediate_steps: int = 100                           # training steps on each intermediate task

@@ -63,7 +63,7 @@ class TrainConfig:
     max_tokens: int | None = None     # train on each task's first N tokens, repeated (§3.4.2); None: all
     dropout_rate: float | None = None  # overrides the model config's (T5 used 0.1 everywhere)
     lm_loss_weight: float = 0.0       # GPT's λ (0.5 there): auxiliary LM loss over the inputs, decoder-only models
-    z_loss: float = 0.0               # T5's z_loss·log(Z)² per target token (1e-4 in mesh-tf, t5x and the pretrain/finetune recipes)
+    z_loss: float = 0.0               # T5's z_loss·log(Z)² per target token (1e-4: mesh-tf, t5x, pretrain/finetune recipes)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)  # adapters, freezing, unfreezing (§3.5.1)
     seed: int = 0                     # data order, initialisation and dropout masks
@@ -224,7 +224,8 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
     trained_only = None
     if cfg.transfer.save_trained_only:  # the base is the checkpoint the parent's weights came from
         trained_only = (trainable.trained_names(), checkpoint.base_reference(parent or cfg.init_from, resumed_from))
-    objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight, cfg.z_loss), cfg.parallelism, device)
+    objective = distributed.wrap_model(TrainingObjective(model, cfg.lm_loss_weight, cfg.z_loss), cfg.parallelism,
+                                       device)
     optimizer = build_optimizer(objective, cfg.optimizer)  # after wrapping: FSDP replaces the parameters
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.train_steps)
     if cfg.compile:  # one graph of fixed shapes (rows are padded or packed to the run's lengths), which

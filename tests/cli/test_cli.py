@@ -42,8 +42,9 @@ def test_running_out_of_memory_is_one_line_and_other_errors_are_not_hidden(capsy
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: can't allocate memory: "
                            "you tried to allocate 80000000000 bytes. Error code 12 (Cannot allocate memory)")
     assert main([]) == 2
+    said = capsys.readouterr().err
     assert re.fullmatch(r"error: out of memory \(.*80000000000 bytes.*\); lower --batch-size or the lengths "
-                        r"\(--max-length, input_length\), or use a machine with more memory.\n", capsys.readouterr().err)
+                        r"\(--max-length, input_length\), or use a machine with more memory.\n", said)
 
     @run_cli
     def broken(argv):
