@@ -273,12 +273,16 @@ def resume_state(trainer: Trainer, latest: Path, allow_changed_settings: bool) -
     cfg = trainer.cfg
     state = checkpoint.load_checkpoint(latest, verify=cfg.verify_checkpoints)
     require_resume_state(state, latest)
-    run_lib.check_data_fingerprint(latest, state.get("data_fingerprint"), trainer.data_fingerprint,
-                                   allow_changed_settings)
-    load_optimizer_state(run_lib.open_run(latest), cfg, trainer.objective, trainer.optimizer, latest)
-    restore_schedule(trainer.scheduler, state["scheduler"], cfg.optimizer.learning_rate)
-    trainer.batches.load_state_dict(state["data"])
-    trainer.step = state["step"]
+    try:  # values of the wrong kind (a hand-edited file whose checksums were redone) fail where they are read
+        run_lib.check_data_fingerprint(latest, state.get("data_fingerprint"), trainer.data_fingerprint,
+                                       allow_changed_settings)
+        load_optimizer_state(run_lib.open_run(latest), cfg, trainer.objective, trainer.optimizer, latest)
+        restore_schedule(trainer.scheduler, state["scheduler"], cfg.optimizer.learning_rate)
+        trainer.batches.load_state_dict(state["data"])
+        trainer.step = int(state["step"])
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise T2TError(f"trainer state in {latest} is not what t2t wrote ({type(e).__name__}: {e}), so the run "
+                       f"cannot resume from it; resume from an earlier checkpoint or start a new --output-dir.") from None
     log.info("resumed from %s at step %d", latest, trainer.step)
 
 

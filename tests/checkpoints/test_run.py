@@ -180,6 +180,16 @@ def test_a_trainer_state_without_a_key_is_one_sentence(setup, tmp_path):
         train(settings(setup, tmp_path / "run", train_steps=3, verify_checkpoints=False))  # edited: no checksum
 
 
+@pytest.mark.parametrize("edit", [{"scheduler": {}}, {"scheduler": "x"}, {"data_fingerprint": {TASK: 3}}])
+def test_a_trainer_state_with_values_of_the_wrong_kind_is_one_sentence(setup, tmp_path, edit):
+    train(settings(setup, tmp_path / "run"))
+    state_file = checkpoint.latest_checkpoint(tmp_path / "run") / "trainer_state.json"
+    state_file.write_text(json.dumps({**json.loads(state_file.read_text()), **edit}))
+    with pytest.raises(T2TError, match=r"trainer state in .*step_00000002 is not what t2t wrote \(\w+: .*\), so the "
+                                       r"run cannot resume from it; resume from an earlier checkpoint"):
+        train(settings(setup, tmp_path / "run", train_steps=3, verify_checkpoints=False))  # edited: no checksum
+
+
 def test_a_preset_sizes_its_embedding_from_the_vocabulary(setup, tmp_path):
     train(settings(setup, tmp_path / "run", model="t5-tiny"))
     model = load_model(tmp_path / "run")
