@@ -208,7 +208,8 @@ def _as_tensor_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     return dict(obj)
 
 
-_HF_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json", "spiece.model",
+VOCAB_FILE = "spiece.model"
+_HF_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json", VOCAB_FILE,
                 "tokenizer_config.json", "special_tokens_map.json"]
 _HF_BIN_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "owner/name"
@@ -232,6 +233,20 @@ def download_from_hub(repo_id: str) -> Path:
     except Exception as e:  # huggingface_hub's errors differ across versions: told apart by class name
         raise _hub_error(repo_id, e) from None
     return folder
+
+
+def hub_vocabulary(repo_id: str) -> str | None:
+    """The ``spiece.model`` of hub repo ``repo_id`` (that file alone, or huggingface_hub's cached copy); None
+    where there is none or it cannot be fetched: loading the model then says why, or the repo has no vocabulary
+    of its own."""
+    if _path_looking(repo_id) or not _HUB_ID.match(repo_id) or ".." in repo_id:
+        return None
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return hf_hub_download(repo_id, VOCAB_FILE)
+    except Exception:  # offline, not found, no such file: the model's own loading reports the first two
+        return None
 
 
 def _path_looking(name: str) -> str | None:
@@ -285,7 +300,7 @@ def _hub_error(repo_id: str, e: Exception) -> T2TError:
 
 GENERATION_FILE = "generation_config.json"
 TOKENIZER_JSON = "tokenizer.json"
-TOKENIZER_FILES = ("spiece.model", TOKENIZER_JSON, "tokenizer_config.json")
+TOKENIZER_FILES = (VOCAB_FILE, TOKENIZER_JSON, "tokenizer_config.json")
 _EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, *TOKENIZER_FILES}
 
 
@@ -313,6 +328,9 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
         write_text(out / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
         if vocabulary is not None:
             _write_tokenizer(vocabulary, out)
+        else:  # an earlier export's tokenizer would be read as this model's
+            for name in TOKENIZER_FILES:
+                (out / name).unlink(missing_ok=True)
     except OSError as e:
         raise T2TError(f"cannot write the export to {out}: {e.strerror or e}; free space or choose another "
                        f"folder.") from None

@@ -13,6 +13,7 @@ from t2t import config as config_lib
 from t2t.checkpoints import hf, t5x
 from t2t.checkpoints.files import assign_weights, check_state_dict, expected_shapes, read_json, read_safetensors
 from t2t.checkpoints.native import BASE_FILE, CONFIG_FILE, MODEL_FILE, latest_checkpoint, verify_checkpoint
+from t2t.checkpoints.run import find_run
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, add_adapters
 
@@ -25,11 +26,31 @@ def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
     return find_and_load(path_or_id, verify).eval()
 
 
+def own_vocabulary(path_or_id: str | os.PathLike) -> str | None:
+    """The vocabulary a checkpoint carries: a t2t run's copy (``spiece.model``), or the ``spiece.model`` a Hugging
+    Face T5 folder or hub repo ships beside its weights (what transformers' tokenizer reads); None for a t5x
+    checkpoint or a folder without one. A model trained on another vocabulary of T5's size would otherwise be
+    read with T5's, and every prediction would be wrong without a word."""
+    path = Path(path_or_id)
+    run = find_run(path)
+    if run is not None:
+        return run.vocab
+    if not path.exists():
+        return hf.hub_vocabulary(str(path_or_id))
+    vocab = path / hf.VOCAB_FILE
+    return str(vocab) if path.is_dir() and is_hf_folder(path) and vocab.is_file() else None
+
+
+def is_hf_folder(path: Path) -> bool:
+    """A Hugging Face model folder: its config.json names a ``model_type`` (t2t's checkpoints' do not)."""
+    return (path / CONFIG_FILE).is_file() and "model_type" in read_json(path / CONFIG_FILE, "model config")
+
+
 def find_and_load(path_or_id: str | os.PathLike, verify: bool) -> T5:
     path = Path(path_or_id)
     if path.is_dir():
         if (path / CONFIG_FILE).is_file():
-            if "model_type" in read_json(path / CONFIG_FILE, "model config"):
+            if is_hf_folder(path):
                 return hf.from_hf_folder(path)
             return load_native_model(path, verify)
         if (path / t5x.CHECKPOINT_FILE).is_file():

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from t2t import config
 from t2t.allocator import keep_freed_memory
+from t2t.checkpoints.loading import own_vocabulary
 from t2t.data.sources import resolve_data_dir
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
@@ -157,10 +158,10 @@ def resolve(cls, args: argparse.Namespace, flags: list[Flag], base: dict | None 
 
 def resolved_locations(cfg) -> dict:
     """Evaluation or prediction settings (what their ``--print-config`` prints) with the vocabulary file and
-    data dir used: the run's where the user gave none, else t2t.data.vocab.load_vocabulary's order."""
+    data dir used: the checkpoint's where the user gave none, else t2t.data.vocab.load_vocabulary's order."""
     cfg = with_run_settings(cfg)
     data_dir = resolve_data_dir(cfg.data_dir)
-    vocab = load_vocabulary(cfg.vocab, data_dir=data_dir)
+    vocab = load_vocabulary(cfg.vocab or own_vocabulary(cfg.checkpoint), data_dir=data_dir)
     return {**config.to_dict(cfg), "vocab": str(vocab.path), "data_dir": str(data_dir) if data_dir else None}
 
 

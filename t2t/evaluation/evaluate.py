@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.loading import load_model
+from t2t.checkpoints.loading import load_model, own_vocabulary
 from t2t import config
 from t2t.models import distributed
 from t2t.checkpoints import durable
@@ -306,8 +306,9 @@ def trusted_run_settings(cfg, folder: str | None = None):
 
 def load_model_and_vocabulary(checkpoint_path: str, vocab_path: str | None, data_dir: str | None,
                               verify: bool = True):
-    """The model at ``checkpoint_path`` and the vocabulary, checked to fit its embedding."""
-    vocab = load_vocabulary(vocab_path, data_dir=data_dir)
+    """The model at ``checkpoint_path`` and the vocabulary (``vocab_path``, else the checkpoint's own, else
+    ``load_vocabulary``'s default), checked to fit its embedding."""
+    vocab = load_vocabulary(vocab_path or own_vocabulary(checkpoint_path), data_dir=data_dir)
     model = load_model(checkpoint_path, verify)
     run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"the model {checkpoint_path}")
     return model, vocab

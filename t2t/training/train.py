@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.loading import load_model
+from t2t.checkpoints.loading import load_model, own_vocabulary
 from t2t import config
 from t2t.models import distributed
 from t2t.checkpoints import durable
@@ -140,6 +140,8 @@ def train_in_output_dir(cfg: TrainConfig, allow_changed_settings: bool, trust_mo
         return nothing_to_train(run_dir, latest, cfg.train_steps)
     if latest is not None:
         cfg = resume_settings(cfg, latest, allow_changed_settings, trust_modules)
+    elif cfg.vocab is None and cfg.init_from:  # a new run reads its parent's text as the parent did
+        cfg = dataclasses.replace(cfg, vocab=own_vocabulary(cfg.init_from))
     device = set_up_process(cfg)
     cfg = with_sequence_lengths(cfg, None)  # a new run's (a resumed run has its own already)
     vocab = load_vocabulary(cfg.vocab, data_dir=cfg.data_dir)

@@ -204,3 +204,30 @@ def test_export_of_a_bpe_vocabulary_has_no_tokenizer_json_and_says_so(tmp_path, 
     assert not (tmp_path / "hf" / "tokenizer.json").exists()
     assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["tokenizer_class"] == "T5Tokenizer"
     assert "is not a unigram model, so the export has no tokenizer.json" in caplog.text
+
+
+def test_a_hugging_face_folder_is_read_with_its_own_vocabulary(trained_run, tmp_path, monkeypatch):
+    """t2t-eval, t2t-predict and --init-from take the folder's spiece.model (as transformers' tokenizer does),
+    before $T2T_VOCAB: here a path that does not exist, so reading it would fail."""
+    from t2t.evaluation.evaluate import load_model_and_vocabulary
+
+    assert export("--checkpoint", str(trained_run), "--to", "hf", str(tmp_path / "hf")) == 0
+    monkeypatch.setenv("T2T_VOCAB", str(tmp_path / "nowhere.model"))
+    _, vocab = load_model_and_vocabulary(str(tmp_path / "hf"), None, None)
+    assert vocab.path == tmp_path / "hf" / "spiece.model"
+    rows = [{"text": s} for s in SENTENCES]
+    task = in_memory_task("export_copy_again", {"train": rows},
+                          preprocessors=[lambda ex: {"inputs": "copy: " + ex["text"], "targets": ex["text"]}])
+    settings = config.from_dict(TrainConfig, dict(
+        mixture=task.name, init_from=str(tmp_path / "hf"), output_dir=str(tmp_path / "run"), train_steps=1,
+        batch_size=2, input_length=16, target_length=16, pack=False, optimizer={"name": "adamw"}))
+    with temporarily_registered(task):
+        train(settings)
+    assert (tmp_path / "run" / "spiece.model").read_bytes() == tiny_vocabulary().path.read_bytes()
+
+
+def test_an_export_without_a_vocabulary_leaves_no_earlier_tokenizer_behind(trained_run, tmp_path):
+    assert export("--checkpoint", str(trained_run), "--to", "hf", str(tmp_path / "hf")) == 0
+    to_hf(load_model(trained_run), tmp_path / "hf")
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "generation_config.json",
+                                                                   "model.safetensors"]

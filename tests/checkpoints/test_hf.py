@@ -92,3 +92,23 @@ def test_hub_failures_are_told_apart(monkeypatch, error, offline, expected):
         t2t.from_hf("google-t5/t5-small")
     message = str(e.value)
     assert expected in message and "google-t5/t5-small" in message and "\n" not in message
+
+
+def test_a_hub_models_own_vocabulary_is_its_spiece_model_alone(monkeypatch, tmp_path):
+    """Only the vocabulary file is fetched; a repo without one (or the hub out of reach) has none of its own,
+    and a path-looking name is never sent to the hub."""
+    from t2t.checkpoints.loading import own_vocabulary
+
+    asked = []
+
+    def download(repo_id, filename, **kwargs):
+        asked.append((repo_id, filename))
+        if repo_id == "owner/no-vocab":
+            raise hub_errors.EntryNotFoundError("no spiece.model")
+        return str(tmp_path / "spiece.model")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert own_vocabulary("owner/model") == str(tmp_path / "spiece.model")
+    assert own_vocabulary("owner/no-vocab") is None
+    assert own_vocabulary("./runs/missing") is None
+    assert asked == [("owner/model", "spiece.model"), ("owner/no-vocab", "spiece.model")]
