@@ -82,3 +82,16 @@ def test_atomic_writes_replace_whole_files(tmp_path):
     write_atomic(path, "new\n")
     assert path.read_text() == "new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["x.metrics.json"]
+
+
+def test_mnli_matched_and_mismatched_are_reported_at_one_step_as_t5s_metric_group_max():
+    from t2t.evaluation.results import best_checkpoints
+    matched, mismatched = "glue_mnli_matched_v002", "glue_mnli_mismatched_v002"
+    per_step = {100: {matched: {"accuracy": 80.0}, mismatched: {"accuracy": 70.0}, "glue_rte_v002": {"accuracy": 60.0}},
+                200: {matched: {"accuracy": 79.0}, mismatched: {"accuracy": 72.0}, "glue_rte_v002": {"accuracy": 55.0}}}
+    best = best_checkpoints(per_step)
+    assert {task: (b["step"], b["score"]) for task, b in best.items()} == {
+        matched: (200, 79.0), mismatched: (200, 72.0), "glue_rte_v002": (100, 60.0)}  # MNLI's means: 75, 75.5
+    assert best_checkpoints({100: {matched: {"accuracy": 80.0}}, 200: {mismatched: {"accuracy": 72.0}}}) == {
+        matched: {"step": 100, "score": 80.0, "metrics": {"accuracy": 80.0}},
+        mismatched: {"step": 200, "score": 72.0, "metrics": {"accuracy": 72.0}}}  # never evaluated together
