@@ -61,7 +61,11 @@ def _read_lines(path: Path) -> list[tuple[bytes, dict | None]]:
     """(raw line, record) pairs in file order; the record is None for a torn last line."""
     if not path.exists():
         return []
-    lines = path.read_bytes().splitlines(keepends=True)
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except OSError as e:
+        raise T2TError(f"cannot read the metrics log {path} ({e.strerror or e}); it must be the file training "
+                       f"wrote, so move whatever is there away and run the same command again.") from None
     pairs = [(line, _parse_record(line)) for line in lines]
     for number, (_, record) in enumerate(pairs[:-1], 1):
         if record is None:

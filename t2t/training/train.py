@@ -109,7 +109,10 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules:
     (see t2t.checkpoints.run.require_module_consent).
     """
     if not cfg.mixture:
-        raise T2TError("no task or mixture given; pass --mixture NAME or --task NAME (see t2t-tasks).")
+        recorded = checkpoint.latest_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
+        hint = (f"; {cfg.output_dir} holds checkpoints without recorded settings ({checkpoint.SETTINGS_FILE}), so "
+                f"resuming needs the run's own settings again" if recorded is not None else "")
+        raise T2TError(f"no task or mixture given{hint}; pass --mixture NAME or --task NAME (see t2t-tasks).")
     if cfg.batch_size % (cfg.grad_accum_steps * distributed.world_size()):
         raise T2TError(f"batch size {cfg.batch_size} is not divisible by grad_accum_steps × processes "
                        f"({cfg.grad_accum_steps} × {distributed.world_size()}); choose a multiple.")

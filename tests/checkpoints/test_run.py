@@ -190,6 +190,15 @@ def test_a_trainer_state_with_values_of_the_wrong_kind_is_one_sentence(setup, tm
         train(settings(setup, tmp_path / "run", train_steps=3, verify_checkpoints=False))  # edited: no checksum
 
 
+def test_a_run_whose_checkpoints_lost_their_settings_says_so(setup, tmp_path):
+    train(settings(setup, tmp_path / "run"))
+    for step in (tmp_path / "run").glob("step_*"):
+        (step / checkpoint.SETTINGS_FILE).unlink()
+    with pytest.raises(T2TError, match=r"no task or mixture given; .*run holds checkpoints without recorded settings "
+                                       r"\(train_config.yaml\), so resuming needs the run's own settings again; pass"):
+        train(config.from_dict(TrainConfig, {"output_dir": str(tmp_path / "run"), "verify_checkpoints": False}))
+
+
 def test_a_preset_sizes_its_embedding_from_the_vocabulary(setup, tmp_path):
     train(settings(setup, tmp_path / "run", model="t5-tiny"))
     model = load_model(tmp_path / "run")

@@ -3,7 +3,10 @@
 import json
 import math
 
-from t2t.training.progress import MetricsLog, metrics_figure, plot_metrics
+import pytest
+
+from t2t.errors import T2TError
+from t2t.training.progress import MetricsLog, metrics_figure, plot_metrics, read_metrics
 
 
 def strict_json(line: str):
@@ -44,3 +47,10 @@ def test_plot_metrics_reads_the_nulls_it_wrote(tmp_path):
         log.write({k: math.nan if v is None else v for k, v in record.items()})
     plot_metrics(log.path, tmp_path / "metrics.png")
     assert (tmp_path / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_metrics_log_that_cannot_be_read_is_one_sentence(tmp_path):
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(T2TError, match=r"cannot read the metrics log .*metrics.jsonl \(Is a directory\); it must be "
+                                       r"the file training wrote"):
+        read_metrics(tmp_path / "metrics.jsonl")
