@@ -268,7 +268,7 @@ def check_resume(run: Run, settings: dict, allow_changed: bool = False, defaults
     """
     if not run.settings:
         return
-    recorded = {k: v for k, v in with_defaults(run.settings, defaults or {}).items()
+    recorded = {k: v for k, v in config.merge(defaults or {}, run.settings).items()
                 if k not in LOCATIONS + ("model",)}
     current = {k: v for k, v in settings.items() if k not in LOCATIONS + ("model",)}
     changes = [c for c in differences(recorded, current) if _has_key(recorded, c[0])]
@@ -289,17 +289,6 @@ def check_resume(run: Run, settings: dict, allow_changed: bool = False, defaults
                        f"run's settings, or pass --allow-changed-settings to continue with the new ones.")
     for key, old, new in changes:
         log.info("resuming with %s %s (the run had %s)", key, _show(new), _show(old))
-
-
-def with_defaults(recorded: dict, defaults: dict) -> dict:
-    """``recorded`` with every key it lacks (at any depth) taken from ``defaults``."""
-    merged = dict(recorded)
-    for key, default in defaults.items():
-        if key not in merged:
-            merged[key] = default
-        elif isinstance(merged[key], dict) and isinstance(default, dict):
-            merged[key] = with_defaults(merged[key], default)
-    return merged
 
 
 def _why_breaking(run: Run, key: str) -> str:

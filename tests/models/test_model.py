@@ -176,18 +176,21 @@ def test_packed_rows_equal_separate_examples():
     assert torch.isfinite(packed).all()
 
 
+def padded_batch(seed: int, input_length: int, target_length: int, padded_row: int, padded_from: int) -> dict:
+    """Two random rows of model features for TINY, one target row padded from ``padded_from`` on."""
+    g = torch.Generator().manual_seed(seed)
+    targets = torch.randint(2, 128, (2, target_length), generator=g)
+    targets[padded_row, padded_from:] = 0
+    return {"encoder_input_tokens": torch.randint(2, 128, (2, input_length), generator=g),
+            "decoder_input_tokens": torch.cat([torch.zeros(2, 1, dtype=torch.long), targets[:, :-1]], 1),
+            "decoder_target_tokens": targets, "decoder_loss_weights": (targets != 0).long()}
+
+
 def test_loss_sums_equals_cross_entropy_of_forward():
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
-    g = torch.Generator().manual_seed(3)
-    targets = torch.randint(2, 128, (2, 7), generator=g)
-    targets[1, 4:] = 0
-    batch = {
-        "encoder_input_tokens": torch.randint(2, 128, (2, 11), generator=g),
-        "decoder_input_tokens": torch.cat([torch.zeros(2, 1, dtype=torch.long), targets[:, :-1]], 1),
-        "decoder_target_tokens": targets,
-        "decoder_loss_weights": (targets != 0).long(),
-    }
+    batch = padded_batch(3, input_length=11, target_length=7, padded_row=1, padded_from=4)
+    targets = batch["decoder_target_tokens"]
     loss, weight = model.loss_sums(batch)
     logits = model(batch["encoder_input_tokens"], batch["decoder_input_tokens"])
     ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
@@ -201,12 +204,8 @@ def test_z_loss_adds_t5s_log_z_squared_to_each_target_and_its_gradient():
     """mesh-tf's softmax_cross_entropy_with_logits(z_loss): each weighted position adds z_loss · log(Z)²."""
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
-    g = torch.Generator().manual_seed(5)
-    targets = torch.randint(2, 128, (2, 6), generator=g)
-    targets[0, 3:] = 0
-    batch = {"encoder_input_tokens": torch.randint(2, 128, (2, 9), generator=g),
-             "decoder_input_tokens": torch.cat([torch.zeros(2, 1, dtype=torch.long), targets[:, :-1]], 1),
-             "decoder_target_tokens": targets, "decoder_loss_weights": (targets != 0).long()}
+    batch = padded_batch(5, input_length=9, target_length=6, padded_row=0, padded_from=3)
+    targets = batch["decoder_target_tokens"]
     logits = model(batch["encoder_input_tokens"], batch["decoder_input_tokens"]).transpose(1, 2)
     weights = batch["decoder_loss_weights"]
     expected = ((F.cross_entropy(logits, targets, reduction="none") + 0.1 * logits.logsumexp(1) ** 2) * weights).sum()
