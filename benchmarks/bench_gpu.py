@@ -13,7 +13,8 @@ AdamW (the same optimizer for all) on random full rows (no padding), bf16 autoca
 nanoT5 and ``precision: bf16`` do), eager and under ``torch.compile`` (forward and loss compiled as one
 function; transformers' without ``fullgraph``). nanoT5 trains T5 1.1-base at this setting on one A100 in
 0.56 s a step. Decoding: greedy, batch 32 × 128→32 (EOS suppressed, so every row decodes 32 tokens); t2t
-eager and with its compiled static-shape step, transformers' ``generate`` eager. MFU is the model FLOPs
+eager and with its compiled static-shape step, each replayed as a CUDA graph (t2t's default) and not,
+transformers' ``generate`` eager. MFU is the model FLOPs
 (counted from the shapes: 3 × every forward matmul, attention included, for training) per second over the
 device's peak dense bf16 rate (``--peak-tflops``; by default from the device's name). A variant that runs
 out of memory or fails is reported as such. Results: JSON on stdout and in --out.
@@ -136,13 +137,13 @@ def training_step(model, kind: str, data: dict, compile: bool, precision: str, d
     return step
 
 
-def decoding(model, kind: str, enc: torch.Tensor, n: int, compile: bool, precision: str, device):
+def decoding(model, kind: str, enc: torch.Tensor, n: int, compile: bool, graph: bool, precision: str, device):
     def run():
         with torch.no_grad(), autocast(precision, device):
             if kind == "transformers":
                 return model.generate(input_ids=enc, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                                       num_beams=1)[:, 1:]
-            return model.generate(enc, max_new_tokens=n, min_new_tokens=n, compile=compile)
+            return model.generate(enc, max_new_tokens=n, min_new_tokens=n, compile=compile, cuda_graph=graph)
     return run
 
 
@@ -212,12 +213,13 @@ def main() -> None:
             if args.no_greedy or (compile and kind == "transformers"):
                 continue  # transformers' generate is not compiled here
             model.eval()
-            row = measure(decoding(model, kind, enc, DN, compile, args.precision, device), device,
-                          max(3, args.steps // 2), args.warmup)
-            if "seconds" in row:
-                row["new_tokens_per_s"] = DB * DN / row["seconds"]
-            results["greedy"][label] = row
-            print(label, "greedy", json.dumps(row), flush=True)
+            for graph in (True, False) if kind == "t2t" and device.type == "cuda" else (True,):
+                row = measure(decoding(model, kind, enc, DN, compile, graph, args.precision, device), device,
+                              max(3, args.steps // 2), args.warmup)
+                if "seconds" in row:
+                    row["new_tokens_per_s"] = DB * DN / row["seconds"]
+                results["greedy"][label + ("" if graph else ", no CUDA graph")] = row
+                print(label, "greedy", "" if graph else "(no CUDA graph)", json.dumps(row), flush=True)
             model.cpu()
             torch.compiler.reset()
     print(json.dumps(results, indent=2))

@@ -5,7 +5,8 @@ Decoding starts with ``T5.begin_decoding`` (an encoder-decoder runs its encoder 
 decoder layer's cross-attention keys/values once; a decoder-only model runs its input prefix once) and keeps
 the decoder self-attention keys/values in preallocated buffers (``T5.decode_step``). Outputs are
 [B, ≤max_new_tokens] ids without the start token, EOS included where produced and padding (0) after it;
-decoding stops early once every row has produced EOS.
+decoding stops early once every row has produced EOS. On a CUDA device, greedy decoding and sampling replay the
+step as a CUDA graph (``cuda_graph``, on by default; t5.1.1-base, 32 × 128→32 on an H200: 2.7× faster).
 
 ``generate`` picks the method: ``num_beams > 1`` → beam search; ``temperature > 0`` → sampling;
 otherwise greedy (t5x's convention: temperature 0 is greedy). Both at once (beam sampling, which t2t does
@@ -43,26 +44,77 @@ def compiled_static_step() -> Callable:
     return torch.compile(_static_step, fullgraph=True, dynamic=False)
 
 
-def decoding_step(model, compile: bool = False) -> Callable:
+def decoding_step(model, compile: bool = False, cuda_graph: bool = False) -> Callable:
     """``step(tokens [B], cache) -> logits [B, V]``: ``model.decode_step``, or with ``compile`` the model's
-    static-shape step (``T5.static_decode_step``) through ``torch.compile``."""
-    if not compile:
+    static-shape step (``T5.static_decode_step``) through ``torch.compile``. With ``cuda_graph``, on a CUDA
+    device, the static step (compiled or not) is captured as one CUDA graph at the first call and replayed at
+    every later position (``_captured``): a step of a small batch is bound by its few hundred kernel launches,
+    which a replay issues as one. The graph reads the cache's buffers where they were at the capture, so a
+    caller that replaces them between steps (beam search's ``reorder``) leaves it off. On the CPU it changes
+    nothing."""
+    graphed = cuda_graph and next(model.parameters()).device.type == "cuda"
+    if not compile and not graphed:
         return model.decode_step
 
-    def step(tokens: torch.Tensor, cache) -> torch.Tensor:
-        tokens = tokens.contiguous()  # beam search's are a strided view: another layout, another graph
-        position = torch.tensor([cache.length], device=tokens.device)
+    def run(tokens: torch.Tensor, position: torch.Tensor, cache) -> torch.Tensor:
+        if not compile:
+            return model.static_decode_step(tokens, position, *cache.tensors())
         _mark_varying_sizes(tokens, cache)
         started = time.perf_counter()
-        with packed_weights(cache.packed_weights), many_graphs():  # packed as in ``T5.decode_step``
+        # packed as in ``T5.decode_step``; autocast's cache is a global state the graph is guarded on, and off
+        # inside a CUDA graph's capture (below): off here too, so that one graph serves both
+        with packed_weights(cache.packed_weights), many_graphs(), _autocast_without_cache(tokens.device.type):
             logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         if not _first_compiled_call:
             _first_compiled_call.append(time.perf_counter() - started)
             log.info("compiled the decoding step: its first call took %.1f s", _first_compiled_call[0])
+        return logits
+
+    replay = None
+
+    def step(tokens: torch.Tensor, cache) -> torch.Tensor:
+        nonlocal replay
+        tokens = tokens.contiguous()  # beam search's are a strided view: another layout, another graph
+        if graphed:
+            replay = replay or _captured(lambda t, p: run(t, p, cache), tokens, cache.length)
+            logits = replay(tokens, cache.length)
+        else:
+            logits = run(tokens, torch.tensor([cache.length], device=tokens.device), cache)
         cache.length += 1
         return logits
 
     return step
+
+
+def _captured(run: Callable, tokens: torch.Tensor, length: int) -> Callable:
+    """``run(tokens, position)`` captured as a CUDA graph over its own copies of ``tokens`` and the position;
+    returns ``replay(tokens, length) -> logits``, the graph's output tensor, rewritten by every replay. One
+    warm-up call on a side stream comes first (it compiles, and lets cuBLAS and the allocator set up outside
+    the capture); it writes the keys/values of ``tokens`` at ``length``, which the first replay writes again.
+    Autocast's cache of cast weights is off inside both: a captured graph must cast them itself."""
+    static_tokens, position = tokens.clone(), torch.full((1,), length, device=tokens.device)
+    side = torch.cuda.Stream(tokens.device)
+    side.wait_stream(torch.cuda.current_stream(tokens.device))
+    with torch.cuda.stream(side), _autocast_without_cache("cuda"):
+        run(static_tokens, position)
+    torch.cuda.current_stream(tokens.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), _autocast_without_cache("cuda"):
+        logits = run(static_tokens, position)
+
+    def replay(tokens: torch.Tensor, length: int) -> torch.Tensor:
+        static_tokens.copy_(tokens)
+        position.fill_(length)
+        graph.replay()
+        return logits
+
+    return replay
+
+
+def _autocast_without_cache(device_type: str):
+    """The autocast in force on ``device_type`` (on or off, its dtype), with its cache of cast weights off."""
+    return torch.autocast(device_type, dtype=torch.get_autocast_dtype(device_type),
+                          enabled=torch.is_autocast_enabled(device_type), cache_enabled=False)
 
 
 def compiling_seconds() -> float:
@@ -93,9 +145,11 @@ def _mark_varying_sizes(tokens: torch.Tensor, cache) -> None:
 @torch.no_grad()
 def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 1,
              alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             generator: torch.Generator | None = None, min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
+             generator: torch.Generator | None = None, min_new_tokens: int = 0, compile: bool = False,
+             cuda_graph: bool = True) -> torch.Tensor:
     """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen. ``compile``
-    runs the decoding step through ``torch.compile`` (``decoding_step``)."""
+    runs the decoding step through ``torch.compile``; ``cuda_graph`` replays it as a CUDA graph on a CUDA
+    device, for greedy decoding and sampling (``decoding_step``)."""
     if num_beams > 1 and temperature > 0:
         raise ValueError(f"num_beams={num_beams} with temperature={temperature}: t2t has no beam sampling")
     if temperature == 0 and (top_k or top_p < 1.0):
@@ -105,8 +159,10 @@ def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64
                            min_new_tokens=min_new_tokens, compile=compile)
     if temperature > 0:
         return sample(model, encoder_input_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
-                      top_p=top_p, generator=generator, min_new_tokens=min_new_tokens, compile=compile)
-    return greedy(model, encoder_input_tokens, max_new_tokens, min_new_tokens=min_new_tokens, compile=compile)
+                      top_p=top_p, generator=generator, min_new_tokens=min_new_tokens, compile=compile,
+                      cuda_graph=cuda_graph)
+    return greedy(model, encoder_input_tokens, max_new_tokens, min_new_tokens=min_new_tokens, compile=compile,
+                  cuda_graph=cuda_graph)
 
 
 def _greedy_choice(logits: torch.Tensor) -> torch.Tensor:
@@ -116,15 +172,16 @@ def _greedy_choice(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def greedy(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *,
-           min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
+           min_new_tokens: int = 0, compile: bool = False, cuda_graph: bool = True) -> torch.Tensor:
     """Arg-max decoding."""
-    return _decode_loop(model, encoder_input_tokens, max_new_tokens, _greedy_choice, min_new_tokens, compile)
+    step = decoding_step(model, compile, cuda_graph)
+    return _decode_loop(model, encoder_input_tokens, max_new_tokens, _greedy_choice, min_new_tokens, step)
 
 
 @torch.no_grad()
 def sample(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
-           min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
+           min_new_tokens: int = 0, compile: bool = False, cuda_graph: bool = True) -> torch.Tensor:
     """Ancestral sampling from softmax(logits / temperature), optionally restricted to the ``top_k`` most
     likely tokens and/or the smallest set whose probability reaches ``top_p`` (nucleus). Pass a seeded
     ``torch.Generator`` (on the model's device) for reproducible samples."""
@@ -143,12 +200,12 @@ def sample(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, 
             logits = logits.masked_fill(drop, float("-inf"))
         return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
 
-    return _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens, compile)
+    step = decoding_step(model, compile, cuda_graph)
+    return _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens, step)
 
 
-def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens, compile) -> torch.Tensor:
+def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_tokens, step) -> torch.Tensor:
     cfg = model.config
-    step = decoding_step(model, compile)
     cache, hidden = model.begin_decoding(encoder_input_tokens, max_new_tokens)
     logits = model.project(hidden)  # [B, V]
     B, device = logits.shape[0], logits.device

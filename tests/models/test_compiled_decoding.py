@@ -46,7 +46,7 @@ def test_compiled_greedy_and_beam_search_give_the_eager_tokens(architecture):
     model = T5(ModelConfig(**TINY, architecture=architecture)).eval().to(DEVICE)
     x = inputs()
     for kwargs in ({}, {"num_beams": 3}):
-        eager = model.generate(x, max_new_tokens=12, **kwargs)
+        eager = model.generate(x, max_new_tokens=12, cuda_graph=False, **kwargs)
         compiled = model.generate(x, max_new_tokens=12, compile=True, **kwargs)
         assert torch.equal(compiled, eager), kwargs
 
@@ -63,7 +63,22 @@ def test_one_graph_decodes_batches_of_every_size(architecture, monkeypatch):
     for rows, length, new_tokens, beams in [(3, 5, 4, 1), (4, 9, 6, 1), (2, 12, 9, 1), (2, 7, 5, 3)]:
         x = torch.randint(3, 96, (rows, length), generator=torch.Generator().manual_seed(length)).to(DEVICE)
         kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=beams)
-        assert torch.equal(model.generate(x, compile=True, **kwargs), model.generate(x, **kwargs))
+        assert torch.equal(model.generate(x, compile=True, **kwargs), model.generate(x, cuda_graph=False, **kwargs))
+
+
+def test_one_graph_decodes_whether_autocast_caches_casts_or_not(monkeypatch):
+    """dynamo guards on autocast's cache setting, which a CUDA graph's capture turns off (greedy decoding on a
+    GPU) and beam search leaves as it is: the compiled step runs with it off in every call, so that one graph
+    serves both (on a GPU, with the limit of one below, beam search after greedy decoding failed)."""
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval().to(DEVICE)
+    torch.compiler.reset()
+    monkeypatch.setattr(kernels, "MAX_GRAPHS", 1)
+    x = inputs()
+    for cache_enabled in (True, False):
+        with torch.autocast(DEVICE, enabled=False, cache_enabled=cache_enabled):
+            compiled = model.generate(x, max_new_tokens=5, compile=True, cuda_graph=False)
+        assert torch.equal(compiled, model.generate(x, max_new_tokens=5, cuda_graph=False))
 
 
 def test_a_process_decodes_with_more_models_than_dynamo_allows_graphs_a_function(monkeypatch):
