@@ -5,7 +5,7 @@ Run by hand (never a test), with nai-t5 installed (``pip install nai-t5``):
 
     python benchmarks/bench_peers.py [--preset t5-small|t5.1.1-small] [--device cpu|cuda]
                                      [--precision fp32|bf16] [--reps 5] [--workloads encoder train greedy]
-                                     [--fused-projections]
+                                     [--other-projections]
 
 A random t5-small (T5 1.0: ReLU, tied output layer) or t5.1.1-small (gated GELU, separate output layer),
 dropout 0, built by transformers is copied into t2t (through t2t's key map) and into nai-t5 (through its own
@@ -24,9 +24,10 @@ against this machine: for the encoder and training, the share of the matmul rate
 decoding the time over its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse,
 as t2t's commands do (``t2t.allocator``, for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults).
 For each eager training step, the ops it dispatches are counted too (``ops``): at these sizes a GPU step is
-bound by kernel launches. ``--fused-projections`` adds "t2t fused" to the encoder and training workloads: t2t
-multiplying by q|k|v (and cross-attention's k|v) concatenated at every call, as nai-t5 stores them, an experiment
-the library does not ship until it measures faster (``fuse_projections``). Results: JSON in --out.
+bound by kernel launches. ``--other-projections`` adds to the encoder and training workloads t2t with the
+attention projections it does not use on the device (``t5.fused_projections``): "t2t fused" on the CPU, q|k|v
+(and cross-attention's k|v) concatenated at every call as nai-t5 stores them; "t2t separate" on CUDA, a product
+for each (``other_projections``). Results: JSON in --out.
 
 nai-t5 1.0.10 needs two things its own code does not do here, both applied below: the tied output layer of
 T5 1.0 scaled by d_model^-0.5 (its converter copies the embedding unscaled), and a greedy loop over its
@@ -52,6 +53,7 @@ from bench_model import (decode_fn, decoding_floor_s, encoder_flops, matmul_gflo
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
+from t2t.models import t5
 from t2t.models.t5 import T5, Attention, ModelConfig
 
 PRESETS = {
@@ -85,27 +87,25 @@ def build(cfg: dict, device: torch.device) -> dict:
     return {"transformers": hf, "t2t": ours, "nai-t5": nai}
 
 
-def fuse_projections(model: T5) -> T5:
-    """``model`` with every attention sublayer multiplying by its q|k|v weights concatenated (self-attention)
-    or k|v (cross-attention keys and values), one product instead of three or two, the weights concatenated
-    at every call: nai-t5's products, t2t's parameters and checkpoint names. (t2t's decoding steps already
-    multiply by q|k|v concatenated once per decoding call.)"""
+def other_projections(model: T5, device: torch.device) -> tuple[str, T5]:
+    """The variant's name and ``model`` with its attention projections in the form t2t does not use on
+    ``device`` (``t5.fused_projections``): by q|k|v (cross-attention: k|v) concatenated at every call, one
+    product where there were three (two), nai-t5's products with t2t's parameters; or by each weight alone."""
+    fused = not t5.fused_projections(torch.empty(0, device=device))
 
-    def forward(self, x, bias, kv=None):
-        h = self.layer_norm(x)
-        if kv is None:
-            q, k, v = self.project_qkv(h, self.qkv_weight())
-        else:
-            (k, v), q = kv, self.heads(self.q(h))
-        return x + self.dropout(self.attend(q, k, v, bias))
+    def queries_keys_values(self, h):
+        return self.project_qkv(h, self.qkv_weight()) if fused else (self.heads(self.q(h)), *self.keys_values(h))
 
     def keys_values(self, h):
-        return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))  # [B, H, S, d_kv] each
+        if fused:
+            return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))  # [B, H, S, d_kv] each
+        return self.heads(self.k(h)), self.heads(self.v(h))
 
     for module in model.modules():
         if isinstance(module, Attention):
-            module.forward, module.keys_values = forward.__get__(module), keys_values.__get__(module)
-    return model
+            module.queries_keys_values = queries_keys_values.__get__(module)
+            module.keys_values = keys_values.__get__(module)
+    return ("t2t fused" if fused else "t2t separate"), model
 
 
 def t2t_models(models: dict) -> list[str]:
@@ -261,16 +261,17 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workloads", nargs="+", choices=SHAPES, default=list(SHAPES))
-    parser.add_argument("--fused-projections", action="store_true",
-                        help='add "t2t fused" (fuse_projections) to the encoder and training workloads')
+    parser.add_argument("--other-projections", action="store_true",
+                        help='add "t2t fused" (CPU) or "t2t separate" (CUDA) to the encoder and training workloads')
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
     args = parser.parse_args()
     malloc = "kept" if keep_freed_memory() else "system"
     device = torch.device(args.device)
     cfg = PRESETS[args.preset]
     models = build(cfg, device)
-    if args.fused_projections:
-        models["t2t fused"] = fuse_projections(copy.deepcopy(models["t2t"]))
+    if args.other_projections:
+        name, model = other_projections(copy.deepcopy(models["t2t"]), device)
+        models[name] = model
     check_agreement(models, device)
     results = {"preset": args.preset, "device": args.device, "precision": args.precision,
                "torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": malloc, "workloads": {}}

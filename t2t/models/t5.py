@@ -204,9 +204,9 @@ class Attention(nn.Module):
     all layers. Scores are not scaled by 1/sqrt(d_kv): T5 folds that into the initialisation of ``q``.
     Cross-attention gets its keys/values from the block (or from the decoding cache). ``kernels.attention``
     is ``F.scaled_dot_product_attention`` except in CPU training with dropout, where it is the same unfused
-    math that SDPA falls back to there, with ``kernels.dropout``'s cheaper mask. (Multiplying by q|k|v
-    concatenated measured no faster on CPU in training and keeps a copy of the weights alive for backward,
-    so only decoding, where the concatenation is made once per call, uses it.)
+    math that SDPA falls back to there, with ``kernels.dropout``'s cheaper mask. On CUDA the projections
+    multiply by q|k|v (cross-attention: k|v) concatenated at every call (``fused_projections``); decoding
+    does so on every device, with the concatenation made once per decoding call.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -247,15 +247,34 @@ class Attention(nn.Module):
 
     def keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``h`` [B, S, d_model], [B, H, S, d_kv] each."""
+        if fused_projections(h):
+            return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))
         return self.heads(self.k(h)), self.heads(self.v(h))
+
+    def queries_keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of ``h`` [B, T, d_model], [B, H, T, d_kv] each."""
+        if fused_projections(h):
+            return self.project_qkv(h, self.qkv_weight())
+        return self.heads(self.q(h)), *self.keys_values(h)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None,
                 kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Self-attention (``kv`` None) or attention over precomputed keys/values ``kv`` ([B, H, S, d_kv] each)."""
         h = self.layer_norm(x)
-        k, v = self.keys_values(h) if kv is None else kv
-        q = self.heads(self.q(h))
+        if kv is None:
+            q, k, v = self.queries_keys_values(h)
+        else:
+            (k, v), q = kv, self.heads(self.q(h))
         return x + self.dropout(self.attend(q, k, v, bias))
+
+
+def fused_projections(h: torch.Tensor) -> bool:
+    """Whether attention multiplies ``h`` by its q|k|v (cross-attention: k|v) weights concatenated at every
+    call, one product where there were three (two), checkpoint names unchanged: on CUDA, where a small batch's
+    step is bound by kernel launches (t5-small, bf16, 8 × 128→16 on an H200: training 1.22× faster eager,
+    1.12× compiled); not on the CPU, where it measured 3–5% slower at 4 × 512→114 (Zen 3; MKL multiplies the
+    wider weight at a lower rate)."""
+    return h.is_cuda
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from t2t.checkpoints.loading import load_model
-from t2t.models import decoding
+from t2t.models import decoding, t5
 from t2t.data.features import get_converter
 from t2t.models.t5 import T5, resolve_model_config
 
@@ -54,6 +54,25 @@ def test_attention_masks_of_a_two_segment_packed_row(architecture, expected):
     assert masks.keys() == expected.keys()
     for name, mask in expected.items():
         assert torch.equal(masks[name][0], mask), name
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_fused_projections_give_the_separate_products_loss_and_gradients(architecture, monkeypatch):
+    """On CUDA, attention multiplies by q|k|v (cross-attention: k|v) concatenated (``t5.fused_projections``);
+    forced either way (on the GPU where there is one: run_gpu.sh runs this test), a packed row's loss and every
+    parameter's gradient are those of separate products."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    batch, runs = {k: v.to(device) for k, v in packed_row(architecture).items()}, {}
+    for fused in (False, True):
+        monkeypatch.setattr(t5, "fused_projections", lambda h, fused=fused: fused)
+        model = tiny(architecture).to(device).train()
+        total, _ = model.loss_sums(batch)
+        total.backward()
+        runs[fused] = total.detach(), {name: p.grad for name, p in model.named_parameters()}
+    torch.testing.assert_close(runs[True][0], runs[False][0], rtol=1e-6, atol=0)
+    for name, grad in runs[False][1].items():  # fp32 sums in another order: off by rounding, at the tensor's scale
+        torch.testing.assert_close(runs[True][1][name], grad, rtol=1e-5, atol=1e-5 * grad.abs().max().item(),
+                                   msg=name)
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
