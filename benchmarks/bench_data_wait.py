@@ -9,9 +9,10 @@ Trains ``--model`` on ``--mixture`` (members without local data skipped) with ``
 the real pipeline, packing, loop, logging and a checkpoint at the last step — once with ``batches_ahead`` 2 (the
 CUDA default: a background thread packs two batches ahead) and once with 0 (each batch packed inside the step),
 and reads from each run's metrics the share of each logged window that the steps spent waiting for their
-batches, and the tokens/s, leaving out the first window (compilation, tokenization, warm-up). Where
-bench_pipeline.py's fourth part stands in for the GPU step with a sleep, this is the GPU step itself. Results:
-JSON on stdout and in --out.
+batches, the steps/s and the tokens/s, leaving out the first window (compilation, tokenization, warm-up). Where
+bench_pipeline.py's fourth part stands in for the GPU step with a sleep, this is the GPU step itself. Each
+optimizer of ``--optimizers`` after the first (T5's Adafactor) adds a run with batches ahead, to set the
+trainer's step against bench_gpu.py's bare one (fused AdamW). Results: JSON on stdout and in --out.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from t2t.training.train import TrainConfig, train
 RESULTS = Path(__file__).resolve().parent / "results" / "data-wait.json"
 
 
-def settings(args, ahead: int, out: str) -> TrainConfig:
+def settings(args, ahead: int, optimizer: str, out: str) -> TrainConfig:
     return config.from_dict(TrainConfig, {
         "mixture": args.mixture, "model": args.model, "output_dir": out, "train_steps": args.steps,
         "batch_size": args.batch_size, "input_length": args.lengths[0], "target_length": args.lengths[1],
         "pack": True, "log_every": args.log_every, "save_every": args.steps, "keep_checkpoints": 1,
         "skip_unavailable": True, "precision": args.precision, "compile": not args.no_compile,
-        "device": args.device, "batches_ahead": ahead})
+        "device": args.device, "batches_ahead": ahead, "optimizer": {"name": optimizer}})
 
 
 def after_warm_up(records: list[dict]) -> dict:
@@ -42,6 +43,7 @@ def after_warm_up(records: list[dict]) -> dict:
     shares = [r["data_wait_share"] for r in kept]
     return {"windows": len(kept), "data_wait_share_median": statistics.median(shares),
             "data_wait_share_max": max(shares),
+            "steps_per_second_median": statistics.median(r["steps_per_second"] for r in kept),
             "tokens_per_second_median": statistics.median(r["tokens_per_second"] for r in kept)}
 
 
@@ -56,12 +58,16 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--optimizers", nargs="+", default=["adafactor"], choices=["adafactor", "adamw"])
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "runs": {}}
-    for ahead in (2, 0):
+    first = args.optimizers[0]
+    runs = [(2, first), (0, first)] + [(2, other) for other in args.optimizers[1:]]
+    for ahead, optimizer in runs:
         with tempfile.TemporaryDirectory() as out:
-            result["runs"][f"batches_ahead_{ahead}"] = after_warm_up(train(settings(args, ahead, out)))
+            result["runs"][f"{optimizer}, batches_ahead_{ahead}"] = after_warm_up(
+                train(settings(args, ahead, optimizer, out)))
     print(json.dumps(result, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

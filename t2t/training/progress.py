@@ -86,14 +86,18 @@ def _parse_record(line: bytes) -> dict | None:
 
 
 class LogWindow:
-    """What the steps since the last logged one measured: their tokens per second and the share of the time
-    they waited for their batches. Time ``left_out`` (the first compiled step's) counts in neither."""
+    """What the steps since the last logged one measured: their steps and tokens per second and the share of
+    the time they waited for their batches. Time ``left_out`` (the first compiled step's) counts in none."""
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.tokens, self.waiting, self.start, self.notes = 0, 0.0, time.perf_counter(), {}
+        self.steps, self.tokens, self.waiting, self.start, self.notes = 0, 0, 0.0, time.perf_counter(), {}
+
+    def count_step(self, tokens: int) -> None:
+        self.steps += 1
+        self.tokens += tokens
 
     def left_out(self, seconds: float, **notes) -> None:
         """Leave ``seconds`` just spent out of the window, and add ``notes`` to its record."""
@@ -102,7 +106,8 @@ class LogWindow:
 
     def rates(self) -> dict:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return {"tokens_per_second": self.tokens / elapsed, "data_wait_share": self.waiting / elapsed, **self.notes}
+        return {"steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed,
+                "data_wait_share": self.waiting / elapsed, **self.notes}
 
 
 class ProgressBar:

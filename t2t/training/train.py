@@ -326,7 +326,7 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
             log.info("compiled the training step: its first call took %.1f s", seconds)
             window.left_out(seconds, compile_seconds=seconds)
         else:
-            window.tokens += tokens
+            window.count_step(tokens)
         trainer.scheduler.step()
         trainer.step += 1
         step = trainer.step

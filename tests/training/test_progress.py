@@ -1,4 +1,5 @@
-"""metrics.jsonl and metrics.png: undefined values are JSON null and panels that say so."""
+"""metrics.jsonl and metrics.png: undefined values are JSON null and panels that say so; what a logged window of
+steps measured."""
 
 import json
 import math
@@ -6,7 +7,8 @@ import math
 import pytest
 
 from t2t.errors import T2TError
-from t2t.training.progress import MetricsLog, metrics_figure, plot_metrics, read_metrics
+from t2t.training import progress
+from t2t.training.progress import LogWindow, MetricsLog, metrics_figure, plot_metrics, read_metrics
 
 
 def strict_json(line: str):
@@ -54,3 +56,16 @@ def test_a_metrics_log_that_cannot_be_read_is_one_sentence(tmp_path):
     with pytest.raises(T2TError, match=r"cannot read the metrics log .*metrics.jsonl \(Is a directory\); it must be "
                                        r"the file training wrote"):
         read_metrics(tmp_path / "metrics.jsonl")
+
+
+def test_a_log_window_rates_its_steps_tokens_and_waiting_over_its_time_less_what_it_left_out(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    window = LogWindow()
+    for tokens in (50, 70, 80):
+        window.count_step(tokens)
+    window.waiting += 0.5
+    window.left_out(1.0, compile_seconds=1.0)  # the first compiled step's time
+    now[0] = 105.0
+    assert window.rates() == {"steps_per_second": 3 / 4, "tokens_per_second": 200 / 4, "data_wait_share": 0.5 / 4,
+                              "compile_seconds": 1.0}
