@@ -176,7 +176,7 @@ def from_dict(cls: type[T], data: dict, where: str = "") -> T:
         raise T2TError(f"setting {where or cls.__name__} must be a mapping, got {data!r}.")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)  # YAML keys may be numbers beside names
     if unknown:
         prefix = f"{where}." if where else ""
         raise T2TError(f"unknown setting {prefix}{unknown[0]} for {cls.__name__}; known settings: "

@@ -35,6 +35,13 @@ def test_unknown_key_names_the_key_and_the_known_ones():
         config.from_dict(Outer, {"inner": {"rat": 1}})
 
 
+def test_unknown_keys_that_yaml_read_as_numbers_beside_names_are_named_too(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("steps: 2\n1: a\nfoo: b\n")  # keys 1 (an int) and "foo": sorting them raised a TypeError
+    with pytest.raises(T2TError, match=r"unknown setting 1 for Outer"):
+        config.load(Outer, [file], [])
+
+
 @pytest.mark.parametrize("data, message", [
     ({"steps": "ten"}, "setting steps must be of type int, got 'ten'"),
     ({"steps": True}, "setting steps must be of type int"),
