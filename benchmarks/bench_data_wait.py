@@ -12,7 +12,10 @@ and reads from each run's metrics the share of each logged window that the steps
 batches, the steps/s and the tokens/s, leaving out the first window (compilation, tokenization, warm-up). Where
 bench_pipeline.py's fourth part stands in for the GPU step with a sleep, this is the GPU step itself. Each
 optimizer of ``--optimizers`` after the first (T5's Adafactor) adds a run with batches ahead, to set the
-trainer's step against bench_gpu.py's bare one (fused AdamW). Results: JSON on stdout and in --out.
+trainer's step against bench_gpu.py's bare one (fused AdamW). ``--profile`` adds a short run (batches ahead,
+the first optimizer) whose steps 6–8 run under torch.profiler, and writes its ops by self time on the device (the
+host on a CPU) beside --out (``.profile.txt``): where a step's time goes, host reads (``_local_scalar_dense``)
+included. Results: JSON on stdout and in --out.
 """
 
 from __future__ import annotations
@@ -23,19 +26,45 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from torch.profiler import ProfilerActivity, profile, schedule
+
 from t2t import config
+from t2t.training import train as trainer
 from t2t.training.train import TrainConfig, train
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data-wait.json"
 
 
-def settings(args, ahead: int, optimizer: str, out: str) -> TrainConfig:
+def settings(args, ahead: int, optimizer: str, out: str, steps: int | None = None) -> TrainConfig:
+    steps = steps or args.steps
     return config.from_dict(TrainConfig, {
-        "mixture": args.mixture, "model": args.model, "output_dir": out, "train_steps": args.steps,
+        "mixture": args.mixture, "model": args.model, "output_dir": out, "train_steps": steps,
         "batch_size": args.batch_size, "input_length": args.lengths[0], "target_length": args.lengths[1],
-        "pack": True, "log_every": args.log_every, "save_every": args.steps, "keep_checkpoints": 1,
+        "pack": True, "log_every": args.log_every, "save_every": steps, "keep_checkpoints": 1,
         "skip_unavailable": True, "precision": args.precision, "compile": not args.no_compile,
         "device": args.device, "batches_ahead": ahead, "optimizer": {"name": optimizer}})
+
+
+def profiled_steps(args, optimizer: str) -> str:
+    """A run of 8 steps whose steps 6-8 run under torch.profiler (each ``train_step`` ticks its schedule): the
+    table of their ops by self time on the device, or on the host where there is no GPU."""
+    cuda = args.device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    original = trainer.train_step
+    with profile(activities=activities, schedule=schedule(wait=4, warmup=1, active=3)) as profiler:
+        def ticking(*step_args, **step_kwargs):
+            result = original(*step_args, **step_kwargs)
+            profiler.step()
+            return result
+
+        trainer.train_step = ticking
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                train(settings(args, 2, optimizer, out, steps=8))
+        finally:
+            trainer.train_step = original
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    return profiler.key_averages().table(sort_by=sort, row_limit=40)
 
 
 def after_warm_up(records: list[dict]) -> dict:
@@ -59,6 +88,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--optimizers", nargs="+", default=["adafactor"], choices=["adafactor", "adamw"])
+    parser.add_argument("--profile", action="store_true", help="profile steps 6-8 of a short run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "runs": {}}
@@ -71,6 +101,10 @@ def main(argv=None) -> None:
     print(json.dumps(result, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.profile:
+        table = profiled_steps(args, first)
+        print(table)
+        args.out.with_suffix(".profile.txt").write_text(table + "\n")
 
 
 if __name__ == "__main__":

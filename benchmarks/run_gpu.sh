@@ -34,7 +34,8 @@ if [[ $what != tests ]]; then  # the quick ones first: leases of GPU time are of
     python benchmarks/bench_precision.py --device cuda --out "$out/precision-cuda.json" || status=1
     python benchmarks/bench_gpu.py --out "$out/gpu.json" || status=1
     if [[ -d ${T2T_DATA_DIR:-/nonexistent}/glue ]]; then
-        python benchmarks/bench_data_wait.py --optimizers adafactor adamw --out "$out/data-wait-cuda.json" || status=1
+        python benchmarks/bench_data_wait.py --optimizers adafactor adamw --profile --out "$out/data-wait-cuda.json" \
+            || status=1
     else
         echo "no glue/ under \$T2T_DATA_DIR: bench_data_wait.py skipped (it trains on GLUE)"
     fi
