@@ -12,9 +12,9 @@ into both t2t models through t2t's key map. Training: forward, mean token cross-
 AdamW (the same optimizer for all) on random full rows (no padding), bf16 autocast with fp32 weights (as
 nanoT5 and ``precision: bf16`` do), eager and under ``torch.compile`` (forward and loss compiled as one
 function; transformers' without ``fullgraph``). nanoT5 trains T5 1.1-base at this setting on one A100 in
-0.56 s a step. Decoding: greedy, batch 32 × 128→32 (EOS suppressed, so every row decodes 32 tokens); t2t
-eager and with its compiled static-shape step, each replayed as a CUDA graph (t2t's default) and not,
-transformers' ``generate`` eager. MFU is the model FLOPs
+0.56 s a step. Decoding: greedy and beam search (``--beams``, 4 by default), batch 32 × 128→32 (EOS
+suppressed, so every row decodes 32 tokens); t2t eager and with its compiled static-shape step, each replayed
+as a CUDA graph (t2t's default) and not, transformers' ``generate`` eager. MFU is the model FLOPs
 (counted from the shapes: 3 × every forward matmul, attention included, for training) per second over the
 device's peak dense bf16 rate (``--peak-tflops``; by default from the device's name). A variant that runs
 out of memory or fails is reported as such. Results: JSON on stdout and in --out.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import statistics
 import time
@@ -137,13 +138,15 @@ def training_step(model, kind: str, data: dict, compile: bool, precision: str, d
     return step
 
 
-def decoding(model, kind: str, enc: torch.Tensor, n: int, compile: bool, graph: bool, precision: str, device):
+def decoding(model, kind: str, enc: torch.Tensor, n: int, beams: int, compile: bool, graph: bool, precision: str,
+             device):
     def run():
         with torch.no_grad(), autocast(precision, device):
             if kind == "transformers":
                 return model.generate(input_ids=enc, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                      num_beams=1)[:, 1:]
-            return model.generate(enc, max_new_tokens=n, min_new_tokens=n, compile=compile, cuda_graph=graph)
+                                      num_beams=beams)[:, 1:]
+            return model.generate(enc, max_new_tokens=n, min_new_tokens=n, num_beams=beams, compile=compile,
+                                  cuda_graph=graph)
     return run
 
 
@@ -179,6 +182,7 @@ def main() -> None:
                         choices=["t2t sdpa", "t2t flex", "transformers"])
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
     parser.add_argument("--no-greedy", action="store_true", help="time training alone")
+    parser.add_argument("--beams", type=int, default=4, help="beam search's beams (1: greedy decoding alone)")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lengths", type=int, nargs=2, default=[512, 114], metavar=("INPUTS", "TARGETS"))
     parser.add_argument("--decode", type=int, nargs=3, default=[32, 128, 32], metavar=("BATCH", "INPUTS", "NEW"))
@@ -195,7 +199,7 @@ def main() -> None:
     DB, DS, DN = args.decode
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "preset": args.preset, "precision": args.precision,
-               "batch": [B, S, T], "decode": [DB, DS, DN], "peak_tflops": peak, "train": {}, "greedy": {}}
+               "batch": [B, S, T], "decode": [DB, DS, DN], "peak_tflops": peak, "train": {}, "greedy": {}, "beam": {}}
     data = batch(B, S, T, cfg.vocab_size, device)
     enc = batch(DB, DS, 1, cfg.vocab_size, device)["encoder_input_tokens"]
     for name, kind, build in variants(cfg, hf, args.models):
@@ -213,13 +217,15 @@ def main() -> None:
             if args.no_greedy or (compile and kind == "transformers"):
                 continue  # transformers' generate is not compiled here
             model.eval()
-            for graph in (True, False) if kind == "t2t" and device.type == "cuda" else (True,):
-                row = measure(decoding(model, kind, enc, DN, compile, graph, args.precision, device), device,
+            searches = {"greedy": 1, "beam": args.beams} if args.beams > 1 else {"greedy": 1}
+            graphs = (True, False) if kind == "t2t" and device.type == "cuda" else (True,)
+            for (search, beams), graph in itertools.product(searches.items(), graphs):
+                row = measure(decoding(model, kind, enc, DN, beams, compile, graph, args.precision, device), device,
                               max(3, args.steps // 2), args.warmup)
                 if "seconds" in row:
                     row["new_tokens_per_s"] = DB * DN / row["seconds"]
-                results["greedy"][label + ("" if graph else ", no CUDA graph")] = row
-                print(label, "greedy", "" if graph else "(no CUDA graph)", json.dumps(row), flush=True)
+                results[search][label + ("" if graph else ", no CUDA graph")] = row
+                print(label, search, "" if graph else "(no CUDA graph)", json.dumps(row), flush=True)
             model.cpu()
             torch.compiler.reset()
     print(json.dumps(results, indent=2))

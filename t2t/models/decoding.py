@@ -5,8 +5,8 @@ Decoding starts with ``T5.begin_decoding`` (an encoder-decoder runs its encoder 
 decoder layer's cross-attention keys/values once; a decoder-only model runs its input prefix once) and keeps
 the decoder self-attention keys/values in preallocated buffers (``T5.decode_step``). Outputs are
 [B, ≤max_new_tokens] ids without the start token, EOS included where produced and padding (0) after it;
-decoding stops early once every row has produced EOS. On a CUDA device, greedy decoding and sampling replay the
-step as a CUDA graph (``cuda_graph``, on by default; t5.1.1-base, 32 × 128→32 on an H200: 2.7× faster).
+decoding stops early once every row has produced EOS. On a CUDA device every method replays the step as a CUDA
+graph (``cuda_graph``, on by default; greedy, t5.1.1-base, 32 × 128→32 on an H200: 2.7× faster).
 
 ``generate`` picks the method: ``num_beams > 1`` → beam search; ``temperature > 0`` → sampling;
 otherwise greedy (t5x's convention: temperature 0 is greedy). Both at once (beam sampling, which t2t does
@@ -49,10 +49,10 @@ def decoding_step(model, compile: bool = False, cuda_graph: bool = False) -> Cal
     static-shape step (``T5.static_decode_step``) through ``torch.compile``. With ``cuda_graph``, on a CUDA
     device, the static step (compiled or not) is captured as one CUDA graph at the first call and replayed at
     every later position (``_captured``): a step of a small batch is bound by its few hundred kernel launches,
-    which a replay issues as one. The graph reads the cache's buffers where they were at the capture, so a
-    caller that replaces them between steps (beam search's ``reorder``) leaves it off. On the CPU it changes
-    nothing."""
-    graphed = cuda_graph and next(model.parameters()).device.type == "cuda"
+    which a replay issues as one. The graph reads the cache's buffers where they were at the capture, so
+    beam search reorders them in place; a step whose cache holds other buffers than at the capture is an
+    error. On the CPU it changes nothing."""
+    graphed = uses_cuda_graph(model, cuda_graph)
     if not compile and not graphed:
         return model.decode_step
 
@@ -70,13 +70,19 @@ def decoding_step(model, compile: bool = False, cuda_graph: bool = False) -> Cal
             log.info("compiled the decoding step: its first call took %.1f s", _first_compiled_call[0])
         return logits
 
-    replay = None
+    replay, captured_buffers = None, None
 
     def step(tokens: torch.Tensor, cache) -> torch.Tensor:
-        nonlocal replay
+        nonlocal replay, captured_buffers
         tokens = tokens.contiguous()  # beam search's are a strided view: another layout, another graph
         if graphed:
-            replay = replay or _captured(lambda t, p: run(t, p, cache), tokens, cache.length)
+            if replay is None:
+                replay = _captured(lambda t, p: run(t, p, cache), tokens, cache.length)
+                captured_buffers = _buffers(cache)
+            elif _buffers(cache) != captured_buffers:
+                raise RuntimeError("the decoding cache's buffers were replaced after its CUDA graph was captured; "
+                                   "reorder them in place (DecoderCache.reorder(..., in_place=True)) or pass "
+                                   "cuda_graph=False")
             logits = replay(tokens, cache.length)
         else:
             logits = run(tokens, torch.tensor([cache.length], device=tokens.device), cache)
@@ -84,6 +90,16 @@ def decoding_step(model, compile: bool = False, cuda_graph: bool = False) -> Cal
         return logits
 
     return step
+
+
+def uses_cuda_graph(model, cuda_graph: bool) -> bool:
+    """Whether decoding replays its step as a CUDA graph: asked for, and the model on a CUDA device."""
+    return cuda_graph and next(model.parameters()).device.type == "cuda"
+
+
+def _buffers(cache) -> tuple[int, ...]:
+    """The identities of the buffers a decoding step writes and reads that beam search reorders."""
+    return tuple(map(id, (*cache.self_k, *cache.self_v, cache.key_valid)))
 
 
 def _captured(run: Callable, tokens: torch.Tensor, length: int) -> Callable:
@@ -149,14 +165,14 @@ def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64
              cuda_graph: bool = True) -> torch.Tensor:
     """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen. ``compile``
     runs the decoding step through ``torch.compile``; ``cuda_graph`` replays it as a CUDA graph on a CUDA
-    device, for greedy decoding and sampling (``decoding_step``)."""
+    device (``decoding_step``)."""
     if num_beams > 1 and temperature > 0:
         raise ValueError(f"num_beams={num_beams} with temperature={temperature}: t2t has no beam sampling")
     if temperature == 0 and (top_k or top_p < 1.0):
         raise ValueError(f"top_k={top_k}, top_p={top_p} restrict sampling, which temperature=0 turns off")
     if num_beams > 1:
         return beam_search(model, encoder_input_tokens, max_new_tokens, num_beams=num_beams, alpha=alpha,
-                           min_new_tokens=min_new_tokens, compile=compile)
+                           min_new_tokens=min_new_tokens, compile=compile, cuda_graph=cuda_graph)
     if temperature > 0:
         return sample(model, encoder_input_tokens, max_new_tokens, temperature=temperature, top_k=top_k,
                       top_p=top_p, generator=generator, min_new_tokens=min_new_tokens, compile=compile,
@@ -233,7 +249,7 @@ def t5_length_penalty(alpha: float) -> Callable[[int], float]:
 @torch.no_grad()
 def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 4,
                 alpha: float = 0.6, length_penalty: Callable[[int], float] | None = None,
-                min_new_tokens: int = 0, compile: bool = False) -> torch.Tensor:
+                min_new_tokens: int = 0, compile: bool = False, cuda_graph: bool = True) -> torch.Tensor:
     """Beam search returning the best finished hypothesis per row.
 
     Each step scores all ``num_beams × vocab`` continuations, takes the best ``2·num_beams``; the best
@@ -245,7 +261,8 @@ def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int =
     with HF's penalty (``length ** alpha``) it returns what ``transformers`` returns.
     """
     cfg = model.config
-    step = decoding_step(model, compile)
+    step = decoding_step(model, compile, cuda_graph)
+    in_place = uses_cuda_graph(model, cuda_graph)  # the graph reads the buffers it was captured with
     lp = length_penalty or t5_length_penalty(alpha)
     B, K, N = encoder_input_tokens.shape[0], num_beams, max_new_tokens
     cache, hidden = model.begin_decoding(encoder_input_tokens, N, num_beams=K)
@@ -262,7 +279,7 @@ def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int =
         beams.finish(top_scores, top_seqs, ends, t + 1, lp)
         if t == N - 1 or not beams.any_row_open(lp(t + 1), lp(N)):
             break
-        cache.reorder((row_offset + live_parent).view(-1))
+        cache.reorder((row_offset + live_parent).view(-1), in_place=in_place)
         logits = step(beams.live_seqs[:, :, t].reshape(-1), cache)
     return beams.best()
 

@@ -499,12 +499,17 @@ class DecoderCache:
         return (self.self_k, self.self_v, self.qkv_weights, self.self_bias_table, self.key_valid, self.cross_k,
                 self.cross_v, self.cross_bias)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (beam search); cross-attention state is shared by an example's beams."""
-        self.self_k = [k.index_select(0, index) for k in self.self_k]
-        self.self_v = [v.index_select(0, index) for v in self.self_v]
+    def reorder(self, index: torch.Tensor, in_place: bool = False) -> None:
+        """Keep rows ``index`` (beam search); cross-attention state is shared by an example's beams. ``in_place``
+        writes them into the same buffers, one copy more, as a CUDA graph of the decoding step needs."""
+        def keep(buffer: torch.Tensor) -> torch.Tensor:
+            rows = buffer.index_select(0, index)
+            return buffer.copy_(rows) if in_place else rows
+
+        self.self_k = [keep(k) for k in self.self_k]
+        self.self_v = [keep(v) for v in self.self_v]
         if self.key_valid is not None:
-            self.key_valid = self.key_valid.index_select(0, index)
+            self.key_valid = keep(self.key_valid)
 
 
 def left_aligned_prefixes(tokens: torch.Tensor, pad_id: int, start_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -117,6 +117,27 @@ def test_beam_search_default_is_t5_penalty_and_beats_greedy():
     assert decoding.t5_length_penalty(0.6)(7) == pytest.approx(2.0 ** 0.6)
 
 
+@pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only"])
+def test_a_cache_reordered_in_place_keeps_its_buffers_and_holds_the_reordered_rows(architecture):
+    """Beam search reorders in place when the step is a CUDA graph, which reads the buffers it was captured
+    with; the rows kept are those of the plain reorder."""
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY, architecture=architecture)).eval()
+    caches = [model.begin_decoding(ragged_inputs(seed=5, B=3), 6, num_beams=2)[0] for _ in range(2)]
+    with torch.no_grad():
+        for cache in caches:
+            model.extend(torch.randint(3, 128, (6, 2), generator=torch.Generator().manual_seed(1)), cache)
+    buffers = [*caches[1].self_k, *caches[1].self_v, caches[1].key_valid]
+    index = torch.tensor([1, 1, 2, 3, 5, 4])
+    caches[0].reorder(index)
+    caches[1].reorder(index, in_place=True)
+    kept = [*caches[1].self_k, *caches[1].self_v, caches[1].key_valid]
+    assert all(a is b for a, b in zip(kept, buffers))
+    for plain, in_place in zip([*caches[0].self_k, *caches[0].self_v, caches[0].key_valid], kept):
+        assert (plain is None and in_place is None) or torch.equal(in_place, plain)
+    assert (architecture == "decoder_only") == (caches[1].key_valid is not None)
+
+
 def test_sampling_is_seeded_and_respects_top_k():
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
