@@ -57,13 +57,17 @@ def decoding_step(model, compile: bool = False, cuda_graph: bool = False) -> Cal
         return model.decode_step
 
     def run(tokens: torch.Tensor, position: torch.Tensor, cache) -> torch.Tensor:
-        if not compile:
-            return model.static_decode_step(tokens, position, *cache.tensors())
+        # autocast's cache of cast weights off in every call: a CUDA graph must cast the weights itself, and
+        # dynamo guards on the setting, so that one compiled graph serves graphed and plain calls alike
+        with _autocast_without_cache(tokens.device.type):
+            if not compile:
+                return model.static_decode_step(tokens, position, *cache.tensors())
+            return compiled(tokens, position, cache)
+
+    def compiled(tokens: torch.Tensor, position: torch.Tensor, cache) -> torch.Tensor:
         _mark_varying_sizes(tokens, cache)
         started = time.perf_counter()
-        # packed as in ``T5.decode_step``; autocast's cache is a global state the graph is guarded on, and off
-        # inside a CUDA graph's capture (below): off here too, so that one graph serves both
-        with packed_weights(cache.packed_weights), many_graphs(), _autocast_without_cache(tokens.device.type):
+        with packed_weights(cache.packed_weights), many_graphs():  # packed as in ``T5.decode_step``
             logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         if not _first_compiled_call:
             _first_compiled_call.append(time.perf_counter() - started)
@@ -98,24 +102,24 @@ def uses_cuda_graph(model, cuda_graph: bool) -> bool:
 
 
 def _buffers(cache) -> tuple[int, ...]:
-    """The identities of the buffers a decoding step writes and reads that beam search reorders."""
-    return tuple(map(id, (*cache.self_k, *cache.self_v, cache.key_valid)))
+    """The identities of the tensors a decoding step reads and writes (``DecoderCache.tensors()``), the ones a
+    graph captured over them replays over."""
+    return tuple(id(t) for item in cache.tensors() for t in (item if isinstance(item, list) else [item]))
 
 
 def _captured(run: Callable, tokens: torch.Tensor, length: int) -> Callable:
     """``run(tokens, position)`` captured as a CUDA graph over its own copies of ``tokens`` and the position;
     returns ``replay(tokens, length) -> logits``, the graph's output tensor, rewritten by every replay. One
     warm-up call on a side stream comes first (it compiles, and lets cuBLAS and the allocator set up outside
-    the capture); it writes the keys/values of ``tokens`` at ``length``, which the first replay writes again.
-    Autocast's cache of cast weights is off inside both: a captured graph must cast them itself."""
+    the capture); it writes the keys/values of ``tokens`` at ``length``, which the first replay writes again."""
     static_tokens, position = tokens.clone(), torch.full((1,), length, device=tokens.device)
     side = torch.cuda.Stream(tokens.device)
     side.wait_stream(torch.cuda.current_stream(tokens.device))
-    with torch.cuda.stream(side), _autocast_without_cache("cuda"):
+    with torch.cuda.stream(side):
         run(static_tokens, position)
     torch.cuda.current_stream(tokens.device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), _autocast_without_cache("cuda"):
+    with torch.cuda.graph(graph):
         logits = run(static_tokens, position)
 
     def replay(tokens: torch.Tensor, length: int) -> torch.Tensor:
