@@ -12,18 +12,16 @@ from t2t.models import kernels
 from t2t.models.decoding import decoding_step
 from t2t.models.t5 import T5, ModelConfig
 
+from test_compiled_decoding import TINY, inputs  # the same tiny model and ragged rows, on CUDA
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
-TINY = dict(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0)
 ARCHITECTURES = ["encoder_decoder", "decoder_only"]
 
 
 def model_and_inputs(architecture: str) -> tuple[T5, torch.Tensor]:
     torch.manual_seed(0)
-    model = T5(ModelConfig(**TINY, architecture=architecture)).eval().cuda()
-    tokens = torch.randint(3, 96, (3, 11), generator=torch.Generator().manual_seed(2))
-    tokens[1, 7:] = 0  # ragged rows
-    return model, tokens.cuda()
+    return T5(ModelConfig(**TINY, architecture=architecture)).eval().cuda(), inputs()
 
 
 @pytest.mark.parametrize("compile", [False, True])
