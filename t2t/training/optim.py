@@ -1,6 +1,7 @@
 """Optimizers and learning-rate schedules of the T5 paper (§3.1.2, §3.1.3, §3.7).
 
-Adafactor is ``torch.optim.Adafactor``, which matches the Mesh TensorFlow Adafactor that T5 used
+Adafactor is ``torch.optim.Adafactor`` (as ``t2t.training.adafactor.Adafactor``, whose step does not wait for
+the device), which matches the Mesh TensorFlow Adafactor that T5 used
 (factored second moments, decay rate 0.8 via ``beta2_decay=-0.8``, update clipping ``d=1.0``, parameter
 scaling ``max(1e-3, RMS(param))``, no momentum) with two differences, both small:
 
@@ -29,6 +30,7 @@ import torch
 
 from t2t import config
 from t2t.errors import T2TError
+from t2t.training.adafactor import Adafactor
 
 ADAFACTOR_EPSILON1 = 1e-15  # torch's floor epsilon1² is Mesh TF's and t5x's epsilon1, 1e-30
 
@@ -66,8 +68,8 @@ class OptimizerConfig:
 def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.name == "adafactor":
-        return torch.optim.Adafactor(params, lr=cfg.learning_rate, beta2_decay=-0.8, d=1.0,
-                                     eps=(ADAFACTOR_EPSILON1, 1e-3), weight_decay=cfg.weight_decay, foreach=False)
+        return Adafactor(params, lr=cfg.learning_rate, beta2_decay=-0.8, d=1.0, eps=(ADAFACTOR_EPSILON1, 1e-3),
+                         weight_decay=cfg.weight_decay)
     if cfg.name == "adamw":
         # fused: one kernel over all parameters (on CPU ~2 orders of magnitude faster than foreach here)
         return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=cfg.adam_betas, eps=cfg.adam_eps,

@@ -1,5 +1,6 @@
 """Optimizers and schedules as the T5 paper used them."""
 
+import copy
 import math
 
 import numpy as np
@@ -7,7 +8,9 @@ import pytest
 import torch
 
 from t2t.errors import T2TError
-from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler, learning_rate_factor
+from t2t.training.adafactor import Adafactor
+from t2t.training.optim import (ADAFACTOR_EPSILON1, OptimizerConfig, build_optimizer, build_scheduler,
+                                learning_rate_factor)
 
 
 def test_rsqrt_schedule_is_t5s_inverse_square_root():
@@ -72,6 +75,79 @@ def test_adafactor_takes_t5s_step_on_tiny_float32_gradients():
         optimizer.step()
         param = mesh_tf_adafactor_step(param, grad.astype(np.float64), row, col, step, lr=1e-3)
         np.testing.assert_allclose(model.weight.detach().numpy(), param, rtol=0, atol=1e-5)
+
+
+def adafactor_pair(weight_decay: float):
+    """torch's Adafactor and t2t's, each over its own copy of a matrix and a vector."""
+    torch.manual_seed(0)
+    start = [torch.randn(48, 32), torch.randn(32)]
+    settings = dict(lr=0.01, beta2_decay=-0.8, d=1.0, eps=(ADAFACTOR_EPSILON1, 1e-3), weight_decay=weight_decay)
+    theirs = [torch.nn.Parameter(p.clone()) for p in start]
+    ours = [torch.nn.Parameter(p.clone()) for p in start]
+    return (theirs, torch.optim.Adafactor(theirs, foreach=False, **settings)), (ours, Adafactor(ours, **settings))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adafactor_takes_torchs_step_from_torchs_state(weight_decay):
+    """From the same parameters, gradients and state (torch's, loaded into t2t's each step), t2t's step lands
+    where torch's does up to float32 rounding: its scale differs from torch's float64 one by a few units in the
+    last place, so each entry may differ by one spacing of the parameter plus 8 float32 eps of its update."""
+    (theirs, torch_adafactor), (ours, adafactor) = adafactor_pair(weight_decay)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        adafactor.load_state_dict(copy.deepcopy(torch_adafactor.state_dict()))  # not sharing its tensors
+        before = [p.detach().clone() for p in theirs]
+        for a, b in zip(theirs, ours):
+            b.data.copy_(a.data)
+            a.grad = torch.randn(a.shape, generator=generator)
+            b.grad = a.grad.clone()
+        torch_adafactor.step()
+        adafactor.step()
+        for a, b, start in zip(theirs, ours, before):
+            expected, got = a.detach().numpy(), b.detach().numpy()
+            bound = np.spacing(np.abs(expected)) + 8 * np.finfo(np.float32).eps * np.abs(expected - start.numpy())
+            assert (np.abs(got - expected) <= bound).all()
+    assert all(s["step"].item() == 5 for s in adafactor.state.values())
+
+
+def test_adafactor_step_reads_nothing_back_from_the_parameters():
+    """On a GPU each value read back to the host waits for the device; t2t's step reads only its step counts
+    (CPU tensors, as in torch). Every read of a tensor's value as a Python number is recorded."""
+    (_, _), (ours, adafactor) = adafactor_pair(weight_decay=0.1)
+    reads = []
+    originals = {name: getattr(torch.Tensor, name) for name in ("item", "__float__", "__bool__", "__int__", "tolist")}
+
+    def recording(name):
+        def read(tensor, *args):
+            reads.append(tensor)
+            return originals[name](tensor, *args)
+        return read
+
+    for p in ours:
+        p.grad = torch.randn(p.shape)
+    try:
+        for name in originals:
+            setattr(torch.Tensor, name, recording(name))
+        adafactor.step()
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    steps = [state["step"] for state in adafactor.state.values()]
+    assert len(reads) == len(steps) and all(any(r is s for s in steps) for r in reads)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_adafactor_step_never_waits_for_the_gpu():
+    model = torch.nn.Linear(32, 48).cuda()
+    optimizer = build_optimizer(model, OptimizerConfig(name="adafactor", weight_decay=0.1))
+    for _ in range(2):
+        model(torch.randn(4, 32, device="cuda")).square().sum().backward()
+        torch.cuda.set_sync_debug_mode("error")  # any synchronizing call raises
+        try:
+            optimizer.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        optimizer.zero_grad()
 
 
 def test_scheduler_drives_the_optimizer_learning_rate():

@@ -240,16 +240,17 @@ def test_fsdp_shards_every_block_as_its_own_unit():
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
-@pytest.mark.parametrize("parallelism, grad_accum, stop_at", [("ddp", 2, None), ("fsdp", 1, 3)])
-def test_two_processes_match_one(copy_task, tmp_path, parallelism, grad_accum, stop_at):
+@pytest.mark.parametrize("parallelism, grad_accum, stop_at, optimizer", [("ddp", 2, None, "adamw"),
+                                                                          ("fsdp", 1, 3, "adafactor")])
+def test_two_processes_match_one(copy_task, tmp_path, parallelism, grad_accum, stop_at, optimizer):
     """torchrun with 2 CPU processes (gloo) and the same global batch gives the losses of 1 process, with
     packing and dropout on (the DDP run also accumulates 2 micro-batches); the FSDP run is also stopped and
     resumed (sharded optimizer state gathered and scattered again)."""
-    one = train(settings(copy_task, tmp_path / "one", **PACKED))
+    one = train(settings(copy_task, tmp_path / "one", optimizer={"name": optimizer}, **PACKED))
     args = ["--task", TASK, "--model", copy_task["model"], "--module", copy_task["module"],
             "--output-dir", str(tmp_path / "two"), "--batch-size", "4", "--seed", "1",
             "--log-every", "1", "--save-every", "3", "--set", "input_length=48", "--set", "target_length=32",
-            "--set", "pack=true", "--set", f"grad_accum_steps={grad_accum}", "--set", "optimizer.name=adamw",
+            "--set", "pack=true", "--set", f"grad_accum_steps={grad_accum}", "--set", f"optimizer.name={optimizer}",
             "--set", "optimizer.learning_rate=1e-2", "--set", f"parallelism={parallelism}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for steps in ([stop_at] if stop_at else []) + [6]:
