@@ -355,7 +355,8 @@ def check_finite(trainer: Trainer, loss: float) -> None:
     saved (each process checks its shard of the weights; one device sync)."""
     if not math.isfinite(loss):
         raise diverged(trainer, f"the loss became {loss}")
-    finite = torch.stack([torch.isfinite(p.detach()).all() for p in trainer.objective.parameters()]).all()
+    largest = torch._foreach_norm([p.detach() for p in trainer.objective.parameters()], ord=math.inf)
+    finite = torch.isfinite(torch.stack(largest)).all()  # NaN propagates through max |p|
     if distributed.all_reduce_sum(float(not finite)):
         raise diverged(trainer, "the weights became NaN or infinite")
 
@@ -504,7 +505,7 @@ def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[
     local_weight = sum(float(b["decoder_loss_weights"].sum()) for b, _ in micro_batches)
     total_weight = distributed.all_reduce_sum(local_weight)
     scale = distributed.world_size() / max(total_weight, 1.0)
-    loss_sum, tokens = 0.0, 0
+    loss_sums, tokens = [], sum(count_tokens(batch) for batch, _ in micro_batches)
     for i, (batch, rows) in enumerate(micro_batches):
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         last = i == len(micro_batches) - 1
@@ -512,12 +513,13 @@ def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[
               kernels.row_generators(distributed.row_seeds(cfg.seed, step, rows)), kernels.many_graphs(cfg.compile)):
             batch_loss = objective(batch)
         (batch_loss * scale).backward()
-        loss_sum += float(batch_loss.detach())
-        tokens += count_tokens(batch)
+        loss_sums.append(batch_loss.detach())
     if cfg.optimizer.grad_clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(objective.parameters(), cfg.optimizer.grad_clip_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    # read back once, after the step is launched: on a GPU the host queues the optimizer during the backward pass
+    loss_sum = float(sum(loss.double() for loss in loss_sums))
     mean_loss = distributed.all_reduce_sum(loss_sum) / max(total_weight, 1.0)
     return mean_loss, int(distributed.all_reduce_sum(tokens))
 
