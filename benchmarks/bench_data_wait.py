@@ -7,14 +7,15 @@ without (run by hand, never a test).
 
 Trains ``--model`` on ``--mixture`` (members without local data skipped) with ``t2t.training.train.train`` —
 the real pipeline, packing, loop, logging and a checkpoint at the last step — once with ``batches_ahead`` 2 (the
-CUDA default: a background thread packs two batches ahead) and once with 0 (each batch packed inside the step),
+CUDA default: a background thread packs two batches ahead) and once with 0 (each batch packed inside the step;
+``--batches-ahead`` chooses),
 and reads from each run's metrics the share of each logged window that the steps spent waiting for their
 batches, the steps/s and the tokens/s, leaving out the first window (compilation, tokenization, warm-up). Where
 bench_pipeline.py's fourth part stands in for the GPU step with a sleep, this is the GPU step itself. Each
 optimizer of ``--optimizers`` after the first (T5's Adafactor) adds a run with batches ahead, to set the
 trainer's step against bench_gpu.py's bare one (fused AdamW). ``--profile`` adds a short run (batches ahead,
-the first optimizer) whose steps 6–8 run under torch.profiler, and writes its ops by self time on the device (the
-host on a CPU) beside --out (``.profile.txt``): where a step's time goes, host reads (``_local_scalar_dense``)
+the first optimizer) whose steps 6–8 run under torch.profiler, and writes its ops by self time on the device and
+on the host beside --out (``.profile.txt``): where a step's time goes, host reads (``_local_scalar_dense``)
 included. Results: JSON on stdout and in --out.
 """
 
@@ -47,7 +48,7 @@ def settings(args, ahead: int, optimizer: str, out: str, steps: int | None = Non
 
 def profiled_steps(args, optimizer: str) -> str:
     """A run of 8 steps whose steps 6-8 run under torch.profiler (each ``train_step`` ticks its schedule): the
-    table of their ops by self time on the device, or on the host where there is no GPU."""
+    tables of their ops by self time on the device and on the host (the host's alone where there is no GPU)."""
     cuda = args.device == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     original = trainer.train_step
@@ -63,8 +64,8 @@ def profiled_steps(args, optimizer: str) -> str:
                 train(settings(args, 2, optimizer, out, steps=8))
         finally:
             trainer.train_step = original
-    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-    return profiler.key_averages().table(sort_by=sort, row_limit=40)
+    sorts = ["self_device_time_total", "self_cpu_time_total"] if cuda else ["self_cpu_time_total"]
+    return "\n\n".join(profiler.key_averages().table(sort_by=sort, row_limit=40) for sort in sorts)
 
 
 def after_warm_up(records: list[dict]) -> dict:
@@ -87,13 +88,16 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--batches-ahead", type=int, nargs="+", default=[2, 0],
+                        help="a run of the first optimizer for each (the later optimizers: the first value)")
     parser.add_argument("--optimizers", nargs="+", default=["adafactor"], choices=["adafactor", "adamw"])
     parser.add_argument("--profile", action="store_true", help="profile steps 6-8 of a short run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "runs": {}}
     first = args.optimizers[0]
-    runs = [(2, first), (0, first)] + [(2, other) for other in args.optimizers[1:]]
+    runs = [(ahead, first) for ahead in args.batches_ahead] + [(args.batches_ahead[0], other)
+                                                                 for other in args.optimizers[1:]]
     for ahead, optimizer in runs:
         with tempfile.TemporaryDirectory() as out:
             result["runs"][f"{optimizer}, batches_ahead_{ahead}"] = after_warm_up(
