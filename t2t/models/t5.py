@@ -376,11 +376,24 @@ class Stack(nn.Module):
         self.dropout = Dropout(cfg.dropout_rate)
 
     def position_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, bidirectional: bool) -> torch.Tensor:
-        """q_pos [B|1, T], k_pos [B|1, S] → bias [B|1, H, T, S]."""
-        rel = k_pos[:, None, :] - q_pos[:, :, None]  # [B, T, S]
-        buckets = relative_position_bucket(rel, bidirectional, self.num_buckets, self.max_distance)
+        """q_pos [B|1, T], k_pos [B|1, S] → bias [B|1, H, T, S], read from the table over distances."""
+        D, by_distance = self.bias_by_distance(q_pos, k_pos, bidirectional)
+        distances = (k_pos[:, None, :] - q_pos[:, :, None]).clamp(-D, D) + D  # [B, T, S]
         # contiguous: with heads innermost, every layer's attention would copy the mask
-        return self.relative_attention_bias(buckets).permute(0, 3, 1, 2).contiguous()  # [B, H, T, S]
+        return F.embedding(distances, by_distance).permute(0, 3, 1, 2).contiguous()  # [B, H, T, S]
+
+    def bias_by_distance(self, q_pos, k_pos, bidirectional: bool) -> tuple[int, torch.Tensor]:
+        """(D, [2D + 1, H]): the bias of every key − query distance from −D to D, gathered from
+        ``relative_attention_bias``. Why not index the [buckets, H] table by each pair's bucket: its gradient is
+        summed by atomic adds on a GPU (compiled, and in FlexAttention), and every pair of a batch lands in one
+        of a handful of buckets (every distance past ``max_distance`` shares one), so the adds serialise:
+        packed rows of t5.1.1-base at 128 × 512 spent 103 ms of a 478 ms step there (H100); by distance, each
+        diagonal has its entry. D covers every distance between in-range positions; the buckets stop changing
+        past ``max_distance``, so clamping longer distances (positions beyond the length) to ±D is exact."""
+        D = max(q_pos.shape[-1], k_pos.shape[-1], self.max_distance + 1) - 1
+        distances = torch.arange(-D, D + 1, device=q_pos.device)
+        buckets = relative_position_bucket(distances, bidirectional, self.num_buckets, self.max_distance)
+        return D, self.relative_attention_bias(buckets)
 
     def self_attention_bias(self, q_pos, k_pos, allowed, dtype, bidirectional: bool) -> torch.Tensor:
         """Position bias where ``allowed`` ([B|1, T, S] bool), the dtype's most negative value elsewhere."""
@@ -389,17 +402,10 @@ class Stack(nn.Module):
 
     def flex_self_attention_bias(self, q_pos, k_pos, allowed, bidirectional: bool) -> FlexBias:
         """The same bias for FlexAttention: ``allowed`` as its block mask, and inside the kernel each score
-        reads its bias from a table over key − query distances, [H, 2D + 1] (gathered from
-        ``relative_attention_bias`` outside the kernel, so autograd carries its gradient back to the buckets).
-        Why not the [buckets, H] table itself: on a GPU FlexAttention sums a captured tensor's gradient by
-        atomic adds, and a tile of scores hits only a handful of buckets (every distance past
-        ``max_distance`` shares one), so the adds serialise; the distance table gives each diagonal of a
-        tile its own entry. D covers every distance between in-range positions; the buckets stop changing
-        past ``max_distance``, so clamping longer distances (positions beyond the length) to ±D is exact."""
-        D = max(q_pos.shape[-1], k_pos.shape[-1], self.max_distance + 1) - 1
-        distances = torch.arange(-D, D + 1, device=q_pos.device)
-        buckets = relative_position_bucket(distances, bidirectional, self.num_buckets, self.max_distance)
-        by_distance = self.relative_attention_bias(buckets).T.contiguous()  # [H, 2D + 1]
+        reads its bias from ``bias_by_distance`` (gathered outside the kernel, so autograd carries its gradient
+        back to the buckets)."""
+        D, by_distance = self.bias_by_distance(q_pos, k_pos, bidirectional)
+        by_distance = by_distance.T.contiguous()  # [H, 2D + 1]: a head's diagonals side by side
         packed = q_pos.shape[0] > 1  # positions per row; else [1, T], shared by every row
 
         def add_position_bias(score, b, h, q, k):

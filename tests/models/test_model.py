@@ -132,6 +132,24 @@ def test_buckets_match_transformers():
                            hf_bucket(rel, bidirectional=bidirectional, num_buckets=32, max_distance=128))
 
 
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_position_bias_is_each_pairs_bucket_of_the_table(bidirectional):
+    """The bias read through the table over distances is, for every pair of per-row positions (packed rows
+    restart them; distances beyond ``max_distance`` included), the table's row of the pair's bucket, and its
+    gradient reaches the same rows of the table."""
+    stack = T5(ModelConfig(**TINY, relative_attention_num_buckets=8, relative_attention_max_distance=6)).encoder
+    generator = torch.Generator().manual_seed(0)
+    q_pos, k_pos = torch.randint(0, 20, (3, 20), generator=generator), torch.randint(0, 24, (3, 24), generator=generator)
+    bias = stack.position_bias(q_pos, k_pos, bidirectional)
+    buckets = relative_position_bucket(k_pos[:, None, :] - q_pos[:, :, None], bidirectional, stack.num_buckets, 6)
+    expected = stack.relative_attention_bias(buckets).permute(0, 3, 1, 2)
+    assert torch.equal(bias, expected)
+    weights = torch.randint(-3, 4, bias.shape, generator=generator).float()  # integers: sums exact in any order
+    by_distance, = torch.autograd.grad((bias * weights).sum(), stack.relative_attention_bias.weight)
+    by_bucket, = torch.autograd.grad((expected * weights).sum(), stack.relative_attention_bias.weight)
+    assert torch.equal(by_distance, by_bucket)
+
+
 # ---- parity with transformers -----------------------------------------------------------------------------
 
 
