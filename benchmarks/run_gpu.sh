@@ -6,8 +6,8 @@
 #
 # tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
 # training and decoding, decoding replayed as CUDA graphs, the fused projections, which use the GPU when there
-# is one); bench: bench_peers.py (t5-small against transformers and nai-t5, and t2t with separate projections,
-# a few minutes), bench_precision.py, bench_gpu.py
+# is one, and Adafactor's step, which must not wait for the device); bench: bench_peers.py (t5-small against
+# transformers and nai-t5, and t2t with separate projections, a few minutes), bench_precision.py, bench_gpu.py
 # (t5.1.1-base at nanoT5's setting against transformers, the longest) and, where $T2T_DATA_DIR holds GLUE and
 # the vocabulary, bench_data_wait.py (real training steps on GLUE: do they wait for their batches?) on the GPU.
 # Exit status 1 if any failed.
@@ -22,7 +22,7 @@ if [[ $what != bench ]]; then
     fused=tests/models/test_architectures.py::test_fused_projections_give_the_separate_products_loss_and_gradients
     python -m pytest -q -p no:cacheprovider -W ignore::UserWarning tests/models/test_flex_attention.py \
         tests/models/test_compiled_decoding.py tests/models/test_cuda_graph_decoding.py \
-        tests/training/test_compiled_training.py "$fused" || status=1
+        tests/training/test_compiled_training.py tests/training/test_optim.py "$fused" || status=1
 fi
 if [[ $what != tests ]]; then  # the quick ones first: leases of GPU time are often short
     if python -c "import nai_t5" 2>/dev/null; then
