@@ -139,7 +139,8 @@ def test_position_bias_is_each_pairs_bucket_of_the_table(bidirectional):
     gradient reaches the same rows of the table."""
     stack = T5(ModelConfig(**TINY, relative_attention_num_buckets=8, relative_attention_max_distance=6)).encoder
     generator = torch.Generator().manual_seed(0)
-    q_pos, k_pos = torch.randint(0, 20, (3, 20), generator=generator), torch.randint(0, 24, (3, 24), generator=generator)
+    q_pos = torch.randint(0, 20, (3, 20), generator=generator)
+    k_pos = torch.randint(0, 24, (3, 24), generator=generator)
     bias = stack.position_bias(q_pos, k_pos, bidirectional)
     buckets = relative_position_bucket(k_pos[:, None, :] - q_pos[:, :, None], bidirectional, stack.num_buckets, 6)
     expected = stack.relative_attention_bias(buckets).permute(0, 3, 1, 2)
