@@ -529,8 +529,17 @@ def count_tokens(batch: dict[str, torch.Tensor]) -> int:
     return sum(int(batch[k].count_nonzero()) for k in ("encoder_input_tokens", "decoder_target_tokens") if k in batch)
 
 
+POSITION_FEATURES = ("encoder_positions", "decoder_positions")
+
+
 class TrainingObjective(torch.nn.Module):
-    """The model under its loss: DDP and FSDP wrap this, so their hooks run around ``loss_sums``."""
+    """The model under its loss: DDP and FSDP wrap this, so their hooks run around ``loss_sums``.
+
+    It leaves out packed rows' positions: they restart in each segment, so for every pair of tokens the
+    segment masks let attend, key − query positions are index distances, and without them the position bias is
+    one [1, H, T, S] shared by every row (as t5x computes it), not one a row. Same loss; its gradient is summed
+    over the batch once (t5-small, packed 8 × 512→114, forward and backward on the CPU: 1.2× faster).
+    """
 
     def __init__(self, model: T5, lm_loss_weight: float = 0.0, z_loss: float = 0.0):
         super().__init__()
@@ -538,6 +547,7 @@ class TrainingObjective(torch.nn.Module):
         self.lm_loss_weight, self.z_loss = lm_loss_weight, z_loss
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        batch = {k: v for k, v in batch.items() if k not in POSITION_FEATURES}
         loss_sum, _ = self.model.loss_sums(batch, lm_weight=self.lm_loss_weight, z_loss=self.z_loss)
         return loss_sum
 

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 from t2t.checkpoints.loading import load_model
 from t2t.models import decoding, t5
 from t2t.data.features import get_converter
+from t2t.training.train import TrainingObjective
 from t2t.models.t5 import T5, resolve_model_config
 
 ARCHITECTURES = ["encoder_decoder", "shared_encoder_decoder", "decoder_only", "prefix_lm"]
@@ -73,6 +75,27 @@ def test_fused_projections_give_the_separate_products_loss_and_gradients(archite
     for name, grad in runs[False][1].items():  # fp32 sums in another order: off by rounding, at the tensor's scale
         torch.testing.assert_close(runs[True][1][name], grad, rtol=1e-5, atol=1e-5 * grad.abs().max().item(),
                                    msg=name)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_the_training_objective_gives_the_loss_and_gradients_of_the_packed_positions(architecture):
+    """The trainer leaves packed rows' positions out (one position bias for every row): on rows the packer made,
+    with distances past the exact buckets, its loss is the model's with the positions and its gradients equal
+    theirs to float32 rounding (the bias gradient is summed in another order)."""
+    rng = np.random.default_rng(0)
+    examples = [{"inputs": rng.integers(2, 64, n).tolist() + [1], "targets": rng.integers(2, 64, m).tolist() + [1]}
+                for n, m in [(20, 9), (13, 6), (30, 12), (7, 3)]]
+    batch = get_converter(architecture, 48, 24, pack=True).convert(examples, batch_size=2)
+    assert batch["decoder_positions"].max() > 8  # past the 8 exact buckets of each direction
+    runs = []
+    for loss_of in (lambda model: model.loss_sums(batch)[0], lambda model: TrainingObjective(model)(batch)):
+        model = tiny(architecture).train()
+        loss = loss_of(model)
+        loss.backward()
+        runs.append((loss.detach(), {name: p.grad for name, p in model.named_parameters()}))
+    assert torch.equal(runs[0][0], runs[1][0])
+    for name, grad in runs[0][1].items():
+        torch.testing.assert_close(runs[1][1][name], grad, rtol=1e-5, atol=1e-6 * grad.abs().max().item(), msg=name)
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
