@@ -89,22 +89,13 @@ def build(cfg: dict, device: torch.device) -> dict:
 
 def other_projections(model: T5, device: torch.device) -> tuple[str, T5]:
     """The variant's name and ``model`` with its attention projections in the form t2t does not use on
-    ``device`` (``t5.fused_projections``): by q|k|v (cross-attention: k|v) concatenated at every call, one
-    product where there were three (two), nai-t5's products with t2t's parameters; or by each weight alone."""
+    ``device`` (``t5.fused_projections``, forced by ``Attention.fused``): by q|k|v (cross-attention: k|v)
+    concatenated at every call, one product where there were three (two), nai-t5's products with t2t's
+    parameters; or by each weight alone."""
     fused = not t5.fused_projections(torch.empty(0, device=device))
-
-    def queries_keys_values(self, h):
-        return self.project_qkv(h, self.qkv_weight()) if fused else (self.heads(self.q(h)), *self.keys_values(h))
-
-    def keys_values(self, h):
-        if fused:
-            return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))  # [B, H, S, d_kv] each
-        return self.heads(self.k(h)), self.heads(self.v(h))
-
     for module in model.modules():
         if isinstance(module, Attention):
-            module.queries_keys_values = queries_keys_values.__get__(module)
-            module.keys_values = keys_values.__get__(module)
+            module.fused = fused
     return ("t2t fused" if fused else "t2t separate"), model
 
 

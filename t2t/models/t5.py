@@ -205,9 +205,12 @@ class Attention(nn.Module):
     Cross-attention gets its keys/values from the block (or from the decoding cache). ``kernels.attention``
     is ``F.scaled_dot_product_attention`` except in CPU training with dropout, where it is the same unfused
     math that SDPA falls back to there, with ``kernels.dropout``'s cheaper mask. On CUDA the projections
-    multiply by q|k|v (cross-attention: k|v) concatenated at every call (``fused_projections``); decoding
-    does so on every device, with the concatenation made once per decoding call.
+    multiply by q|k|v (cross-attention: k|v) concatenated at every call (``fused_projections``; ``fused``
+    True or False forces one form, as benchmarks/bench_peers.py does to compare both); decoding does so on
+    every device, with the concatenation made once per decoding call.
     """
+
+    fused: bool | None = None  # None: the form ``fused_projections`` picks for the device
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -247,15 +250,18 @@ class Attention(nn.Module):
 
     def keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``h`` [B, S, d_model], [B, H, S, d_kv] each."""
-        if fused_projections(h):
+        if self.uses_fused_projections(h):
             return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))
         return self.heads(self.k(h)), self.heads(self.v(h))
 
     def queries_keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values of ``h`` [B, T, d_model], [B, H, T, d_kv] each."""
-        if fused_projections(h):
+        if self.uses_fused_projections(h):
             return self.project_qkv(h, self.qkv_weight())
         return self.heads(self.q(h)), *self.keys_values(h)
+
+    def uses_fused_projections(self, h: torch.Tensor) -> bool:
+        return fused_projections(h) if self.fused is None else self.fused
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None,
                 kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:

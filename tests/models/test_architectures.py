@@ -61,16 +61,26 @@ def test_attention_masks_of_a_two_segment_packed_row(architecture, expected):
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_fused_projections_give_the_separate_products_loss_and_gradients(architecture, monkeypatch):
     """On CUDA, attention multiplies by q|k|v (cross-attention: k|v) concatenated (``t5.fused_projections``);
-    forced either way (on the GPU where there is one: run_gpu.sh runs this test), a packed row's loss and every
-    parameter's gradient are those of separate products."""
+    forced either way by ``Attention.fused`` (on the GPU where there is one: run_gpu.sh runs this test), a
+    packed row's loss and every parameter's gradient are those of separate products."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    batch, runs = {k: v.to(device) for k, v in packed_row(architecture).items()}, {}
+    batch, runs, concatenated = {k: v.to(device) for k, v in packed_row(architecture).items()}, {}, []
+    project_qkv = t5.Attention.project_qkv
+
+    def counted(self, h, weight):  # training multiplies by concatenated weights only in the fused form
+        concatenated.append(self.fused)
+        return project_qkv(self, h, weight)
+
+    monkeypatch.setattr(t5.Attention, "project_qkv", counted)
     for fused in (False, True):
-        monkeypatch.setattr(t5, "fused_projections", lambda h, fused=fused: fused)
         model = tiny(architecture).to(device).train()
+        for module in model.modules():
+            if isinstance(module, t5.Attention):
+                module.fused = fused
         total, _ = model.loss_sums(batch)
         total.backward()
         runs[fused] = total.detach(), {name: p.grad for name, p in model.named_parameters()}
+    assert concatenated and set(concatenated) == {True}  # the forced forms were the ones taken
     torch.testing.assert_close(runs[True][0], runs[False][0], rtol=1e-6, atol=0)
     for name, grad in runs[False][1].items():  # fp32 sums in another order: off by rounding, at the tensor's scale
         torch.testing.assert_close(runs[True][1][name], grad, rtol=1e-5, atol=1e-5 * grad.abs().max().item(),
