@@ -16,7 +16,12 @@ Measures, for the t5-small shape in fp32 on the CPU with torch's default threads
 Measurements alternate between the two models (order swapped every repetition) and report medians of
 wall time and of process CPU time, and the minimum wall time (the least disturbed run); the machine may be
 shared, so read the spread too. The matmul yardstick is the faster of MKL's and oneDNN's GEMM, measured at
-the start and again after each training shape; the best rate seen so far is the one used.
+the start and again after each training shape; the best rate seen so far is the one used. Since the machine's
+rate itself drifts (2048³ rates of 118-169 GFLOP/s within one run on a 2-core EPYC), each round of the
+alternation is also followed by one more measurement (and, for decoding, of the read bandwidth), and the
+"paired" figures set each round's time against it: the median over rounds of those shares and floors.
+Greedy decoding is also split into our encoder part (``begin_decoding``, timed in the same alternation)
+and the steps after it, each against its part of the floor (``decoding_floor_parts``).
 With ``--precision bf16`` both models run their training steps and decoding under CPU bf16 autocast (the
 memory measurements stay fp32). With ``--compile`` each workload also runs compiled, in the same alternation:
 ours as ``compile: true`` runs it (training: the forward pass and loss as one static graph; decoding: the
@@ -159,22 +164,34 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-def alternate(fns: dict, reps: int, warmup: int = 2) -> dict:
-    """Run each function ``reps`` times, alternating (order reversed every other rep); medians and minima."""
+def alternate(fns: dict, reps: int, warmup: int = 2, yardstick=None) -> dict:
+    """Run each function ``reps`` times, alternating (order reversed every other rep); medians and minima.
+    With ``yardstick`` (a function returning the machine's rate now), it is called after every round, and each
+    result holds its list of per-round times (``wall_all``) beside the list of those rates (``yardsticks``)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     wall = {k: [] for k in fns}
     cpu = {k: [] for k in fns}
-    names = list(fns)
+    names, rates = list(fns), []
     for rep in range(reps):
         for name in (names if rep % 2 == 0 else names[::-1]):
             w, c = timed(fns[name])
             wall[name].append(w)
             cpu[name].append(c)
+        if yardstick is not None:
+            rates.append(yardstick())
     return {name: {"wall_s": statistics.median(wall[name]), "wall_min_s": min(wall[name]),
-                   "cpu_s": statistics.median(cpu[name]), "wall_all": [round(x, 4) for x in wall[name]]}
+                   "cpu_s": statistics.median(cpu[name]), "wall_all": [round(x, 4) for x in wall[name]],
+                   **({"yardsticks": rates} if rates else {})}
             for name in names}
+
+
+def paired(result: dict, value) -> float:
+    """The median over rounds of ``value(seconds, yardstick)`` for one of ``alternate``'s results: each
+    round's time against the rate measured right after it, so that a slow or fast turn of a shared machine
+    moves both sides of the ratio."""
+    return statistics.median(value(t, rate) for t, rate in zip(result["wall_all"], result["yardsticks"]))
 
 
 def speedups(r: dict, suffix: str = "") -> dict:
@@ -244,19 +261,26 @@ def read_gbps(reps: int = 5, mb: int = 512) -> float:
     return x.numel() * 4 / statistics.median(timed(x.sum)[0] for _ in range(reps)) / 1e9
 
 
-def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float, cfg: dict = SMALL) -> float:
-    """The least time greedy decoding of ``N`` tokens over ``B`` × ``S`` inputs can take on this machine
-    (fp32 weights): the encoder and the cross-attention keys/values at the matmul rate, then ``N`` decoder
-    passes, each bound by the larger of its FLOPs at the matmul rate and its bytes (decoder and output
-    weights, cross-attention keys/values) at the read bandwidth."""
+def decoding_floor_parts(B: int, S: int, gflops: float, gbps: float, cfg: dict = SMALL) -> tuple[float, float]:
+    """The least time of greedy decoding's two parts on this machine (fp32 weights): the encoder over ``B`` ×
+    ``S`` inputs and the cross-attention keys/values at the matmul rate; and one decoding step, bound by the
+    larger of its FLOPs at the matmul rate and its bytes (decoder and output weights, cross-attention
+    keys/values) at the read bandwidth."""
     d, f, h, dkv, L, V, ff = _sizes(cfg)
     inner = h * dkv
     cross_kv = B * S * L * 2 * d * inner * 2
     step_weights = L * (6 * d * inner + ff) + V * d  # self q|k|v|o, cross q|o, feed-forward; output
     step_flops = 2 * B * step_weights + L * B * h * S * dkv * 2 * 2  # + attention over the encoder states
     step_bytes = 4 * (step_weights + L * 2 * B * S * inner)
-    step = max(step_flops / (gflops * 1e9), step_bytes / (gbps * 1e9))
-    return (encoder_flops(B, S, cfg) + cross_kv) / (gflops * 1e9) + N * step
+    return (encoder_flops(B, S, cfg) + cross_kv) / (gflops * 1e9), max(step_flops / (gflops * 1e9),
+                                                                         step_bytes / (gbps * 1e9))
+
+
+def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float, cfg: dict = SMALL) -> float:
+    """The least time greedy decoding of ``N`` tokens over ``B`` × ``S`` inputs can take on this machine:
+    the encoder part and ``N`` steps (``decoding_floor_parts``)."""
+    encoder, step = decoding_floor_parts(B, S, gflops, gbps, cfg)
+    return encoder + N * step
 
 
 PRODUCTS = ("onednn_linear", "linear_without_grad", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.addmm",
@@ -422,13 +446,15 @@ def bench_training(args, results: dict, save) -> list[tuple]:
             return train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer), compile)
 
         fns = variants(step, args)
-        r = alternate(fns, args.reps)
+        r = alternate(fns, args.reps, yardstick=lambda: matmul_gflops(args.precision, reps=1)["best"])
         # the yardstick is the best 2048³ rate measured so far: one slow first measurement would inflate shares
         rate = results["matmul_gflops"]
         gflops = rate["best"] = max(rate["best"], matmul_gflops(args.precision)["best"])
         flops = training_flops(B, S, T)
         entry = {"shape": f"B{B} {S}->{T}", **r, **speedups(r), "flops": flops,
-                 **{f"{name}_share_of_matmul_peak": flops / r[name]["wall_s"] / 1e9 / gflops for name in r}}
+                 **{f"{name}_share_of_matmul_peak": flops / r[name]["wall_s"] / 1e9 / gflops for name in r},
+                 **{f"{name}_paired_share_of_matmul_rate": paired(r[name], lambda t, rate: flops / t / 1e9 / rate)
+                    for name in r}}
         if args.compile:
             entry |= speedups(r, "_compiled") | compiled_gains(r)
         results["train"].append(entry)
@@ -448,13 +474,30 @@ def bench_greedy(args, results: dict) -> tuple:
     by its own dropout masks, and greedy decoding of random weights has near-ties that such differences flip)."""
     B, S, N = DECODE_SHAPE
     enc = torch.randint(2, 32000, (B, S), generator=torch.Generator().manual_seed(0))
-    fns = variants(lambda kind, model, compile: decode_fn(model.eval(), kind, enc, N, compile), args)
+    models = {}
+
+    def make(kind, model, compile):
+        models[kind] = model.eval()
+        return decode_fn(model, kind, enc, N, compile)
+
+    fns = variants(make, args)
     outputs = {name: fn() for name, fn in fns.items()}
     same = all(torch.equal(out, outputs["ours"]) for out in outputs.values())
-    r = alternate(fns, args.decode_reps)
-    floor = decoding_floor_s(B, S, N, results["matmul_gflops"]["best"], results["read_gbps"])
+    # our encoder part alone (eager in both of our variants: the encoder, the cross-attention keys/values, the
+    # first decoder pass), timed in the same alternation; the rest of a call is its steps
+    begin = torch.no_grad()(lambda: models["ours"].begin_decoding(enc, N))
+    r = alternate(fns | {"ours_encoder": in_precision(begin, args.precision)}, args.decode_reps,
+                  yardstick=lambda: (matmul_gflops(args.precision, reps=1)["best"], read_gbps(reps=1)))
+    encoder = r.pop("ours_encoder")["wall_s"]
+    gflops, gbps = results["matmul_gflops"]["best"], results["read_gbps"]
+    encoder_floor, step_floor = decoding_floor_parts(B, S, gflops, gbps)
+    floor = encoder_floor + N * step_floor  # decoding_floor_s
     entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same, **speedups(r), "floor_s": floor,
-             **{f"{name}_over_floor": r[name]["wall_s"] / floor for name in r}}
+             **{f"{name}_over_floor": r[name]["wall_s"] / floor for name in r},
+             **{f"{name}_paired_over_floor": paired(r[name], lambda t, y: t / decoding_floor_s(B, S, N, *y))
+                for name in r},
+             "ours_encoder_s": encoder, "encoder_floor_s": encoder_floor, "step_floor_s": step_floor,
+             **{f"{name}_step_s": (r[name]["wall_s"] - encoder) / (N - 1) for name in r if name.startswith("ours")}}
     if args.compile:
         entry |= speedups(r, "_compiled") | compiled_gains(r)
     if args.breakdown:  # the products alone against the floor: the ceiling of "time over the floor"
@@ -472,11 +515,19 @@ def print_summary(rows: list[tuple], results: dict, compiled: bool) -> None:
               f"{e['speedup_min']:>7.2f}x{r['ours']['cpu_s']:>10.3f}{r['hf']['cpu_s']:>9.3f}{e['speedup_cpu']:>6.2f}x")
     names = rows[-1][1]
     for e in results["train"]:
-        print(f"training {e['shape']}, share of the measured matmul rate: "
-              + ", ".join(f"{name} {100 * e[f'{name}_share_of_matmul_peak']:.0f}%" for name in names))
+        print(f"training {e['shape']}, share of the best matmul rate measured: "
+              + ", ".join(f"{name} {100 * e[f'{name}_share_of_matmul_peak']:.0f}%" for name in names)
+              + "; of the rate measured after each round (median): "
+              + ", ".join(f"{name} {100 * e[f'{name}_paired_share_of_matmul_rate']:.0f}%" for name in names))
     e = results["decode_greedy"]
     print(f"greedy: floor {e['floor_s']:.3f}s; time over floor: "
-          + ", ".join(f"{name} {e[f'{name}_over_floor']:.2f}x" for name in names))
+          + ", ".join(f"{name} {e[f'{name}_over_floor']:.2f}x" for name in names)
+          + "; over the floor measured after each round (median): "
+          + ", ".join(f"{name} {e[f'{name}_paired_over_floor']:.2f}x" for name in names))
+    print(f"  ours by part: encoder {e['ours_encoder_s']:.3f}s ({e['ours_encoder_s'] / e['encoder_floor_s']:.2f}x "
+          f"its floor), a step " + ", ".join(f"{name} {1e3 * e[f'{name}_step_s']:.1f} ms "
+                                            f"({e[f'{name}_step_s'] / e['step_floor_s']:.2f}x its floor)"
+                                            for name in names if name.startswith("ours")))
     if compiled:
         for e in [*results["train"], results["decode_greedy"]]:
             print(f"{e['shape']}: compiled vs eager (eager time / compiled time): "
