@@ -294,35 +294,49 @@ def op_breakdown(fn) -> dict:
     microseconds an op). torch.profiler's figures were no use for this here: under it, zero-filling a fresh
     66 MB gradient took 180 ms instead of 2–20. The products alone give each target its ceiling with these
     kernels: a training step's share of the matmul rate, or greedy decoding's time over its floor, were
-    every other op free."""
+    every other op free. ``product_shapes`` holds each product's op and operand shapes with its seconds,
+    calls and GFLOP/s (attention's fused kernels without a rate): where the products fall short of the rate."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seconds: dict[str, float] = {}
+    shapes: dict[str, list] = {}
 
     class Clock(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             start = time.perf_counter()
             out = func(*args, **(kwargs or {}))
-            name = str(func)
+            spent, name = time.perf_counter() - start, str(func)
             group = ("products" if any(p in name for p in PRODUCTS) else "dropout masks" if "keep_mask" in name
                      else "optimizer" if "adam" in name else "other ops")
-            seconds[group] = seconds.get(group, 0.0) + time.perf_counter() - start
+            seconds[group] = seconds.get(group, 0.0) + spent
+            if group == "products":
+                a, b = args[1:3] if "addmm" in name else args[:2]
+                entry = shapes.setdefault(f"{func.__name__} {list(a.shape)} {list(b.shape)}", [0.0, 0, 0.0])
+                matmul = "scaled_dot_product" not in name  # out = a @ b: 2·K FLOPs an output element
+                entry[0], entry[1] = entry[0] + spent, entry[1] + 1
+                entry[2] += 2 * out.numel() * a.shape[-1] if matmul else 0
             return out
 
     for _ in range(2):  # the first call pays the mode's one-time costs
         seconds.clear()
+        shapes.clear()
         start = time.perf_counter()
         with Clock():
             fn()
         wall = time.perf_counter() - start
-    return {"wall_s": wall, **seconds, "outside ops": wall - sum(seconds.values())}
+    product_shapes = {key: {"seconds": t, "calls": n, "gflops": flops / t / 1e9 if flops else None}
+                      for key, (t, n, flops) in sorted(shapes.items(), key=lambda kv: -kv[1][0])}
+    return {"wall_s": wall, **seconds, "outside ops": wall - sum(seconds.values()), "product_shapes": product_shapes}
 
 
 def print_breakdown(b: dict) -> None:
     ceilings = ("products_share_of_matmul_rate", "products_over_floor")
-    parts = {k: v for k, v in b.items() if k != "wall_s" and k not in ceilings}
+    parts = {k: v for k, v in b.items() if k not in ("wall_s", "product_shapes", *ceilings)}
     print(f"  ours, one call timed op by op ({b['wall_s']:.3f} s): "
           + ", ".join(f"{k} {100 * v / b['wall_s']:.0f}%" for k, v in parts.items()))
+    for key, e in list(b["product_shapes"].items())[:8]:
+        rate = f", {e['gflops']:.0f} GFLOP/s" if e["gflops"] else ""
+        print(f"    {key}: {1e3 * e['seconds']:.0f} ms in {e['calls']} calls{rate}")
     if ceilings[0] in b:
         print(f"  the products alone run at {100 * b[ceilings[0]]:.0f}% of the 2048³ rate")
     if ceilings[1] in b:
