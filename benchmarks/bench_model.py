@@ -17,7 +17,7 @@ Measurements alternate between the two models (order swapped every repetition) a
 wall time and of process CPU time, and the minimum wall time (the least disturbed run); the machine may be
 shared, so read the spread too. The matmul yardstick is the faster of MKL's and oneDNN's GEMM, measured at
 the start and again after each training shape; the best rate seen so far is the one used. Since the machine's
-rate itself drifts (2048³ rates of 118-169 GFLOP/s within one run on a 2-core EPYC), each round of the
+rate itself drifts (2048³ rates of 115-173 GFLOP/s within one run on a 2-core EPYC), each round of the
 alternation is also followed by one more measurement (and, for decoding, of the read bandwidth), and the
 "paired" figures set each round's time against it: the median over rounds of those shares and floors.
 Greedy decoding is also split into our encoder part (``begin_decoding``, timed in the same alternation)
