@@ -505,7 +505,7 @@ def bench_greedy(args, results: dict) -> tuple:
     encoder = r.pop("ours_encoder")["wall_s"]
     gflops, gbps = results["matmul_gflops"]["best"], results["read_gbps"]
     encoder_floor, step_floor = decoding_floor_parts(B, S, gflops, gbps)
-    floor = encoder_floor + N * step_floor  # decoding_floor_s
+    floor = decoding_floor_s(B, S, N, gflops, gbps)
     entry = {"shape": f"B{B} {S}->{N}", **r, "identical_outputs": same, **speedups(r), "floor_s": floor,
              **{f"{name}_over_floor": r[name]["wall_s"] / floor for name in r},
              **{f"{name}_paired_over_floor": paired(r[name], lambda t, y: t / decoding_floor_s(B, S, N, *y))
