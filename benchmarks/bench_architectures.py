@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
+from typing import Callable
 
 import torch
+from timing import alternate  # benchmarks/
 
 from t2t import config as config_lib
 from t2t.data.features import get_converter
@@ -67,17 +67,13 @@ def batch_for(cfg: ModelConfig, B: int, S: int, T: int, device) -> dict[str, tor
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def timed_step(model: T5, optimizer, batch, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    loss, weight = model.loss_sums(batch)
-    (loss / weight).backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+def training_step(model: T5, optimizer, batch) -> Callable[[], None]:
+    def step():
+        loss, weight = model.loss_sums(batch)
+        (loss / weight).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
 
 
 def steps(shape: str, B: int, S: int, T: int, reps: int, device) -> list[dict]:
@@ -88,26 +84,24 @@ def steps(shape: str, B: int, S: int, T: int, reps: int, device) -> list[dict]:
                 f"prefix_lm L={L}": {"architecture": "prefix_lm"},
                 f"decoder_only L={2 * L}": {"architecture": "decoder_only", "num_layers": 2 * L},
                 f"prefix_lm L={2 * L}": {"architecture": "prefix_lm", "num_layers": 2 * L}}
-    runs = {}
+    models, fns = {}, {}
     for name, fields in variants.items():
         cfg = resolve_model_config({"preset": f"t5-{shape}", "dropout_rate": 0.0, **fields})
         model = T5(cfg).to(device).train()
+        models[name] = model, cfg
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        batch = batch_for(cfg, B, S, T, device)
-        timed_step(model, optimizer, batch, device)  # warm-up
-        runs[name] = (model, optimizer, batch, cfg, [])
-    for _ in range(reps):
-        for model, optimizer, batch, _, times in runs.values():
-            times.append(timed_step(model, optimizer, batch, device))
-    reference = runs["encoder_decoder"][4]
+        fns[name] = training_step(model, optimizer, batch_for(cfg, B, S, T, device))
+    r = alternate(fns, reps, warmup=1, device=device)
+    reference = r["encoder_decoder"]
     rows = []
-    for name, (model, _, _, cfg, times) in runs.items():
+    for name, (model, cfg) in models.items():
+        t = r[name]
         rows.append({"model": name, "parameters": model.num_parameters(),
                      "forward_flops_per_token": forward_flops(cfg, S, T) / (S + T),
-                     "step_seconds_median": statistics.median(times), "step_seconds_min": min(times),
-                     "tokens_per_second": B * (S + T) / statistics.median(times),
-                     "speed_vs_encoder_decoder_median": statistics.median(reference) / statistics.median(times),
-                     "speed_vs_encoder_decoder_min": min(reference) / min(times)})
+                     "step_seconds_median": t["wall_s"], "step_seconds_min": t["wall_min_s"],
+                     "tokens_per_second": B * (S + T) / t["wall_s"],
+                     "speed_vs_encoder_decoder_median": reference["wall_s"] / t["wall_s"],
+                     "speed_vs_encoder_decoder_min": reference["wall_min_s"] / t["wall_min_s"]})
     return rows
 
 

@@ -27,10 +27,10 @@ import dataclasses
 import itertools
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
+from timing import timed  # benchmarks/
 
 from t2t.checkpoints.hf import hf_key
 from t2t.models.kernels import autocast
@@ -85,28 +85,12 @@ def batch(B: int, S: int, T: int, vocab: int, device) -> dict:
         decoder_target_tokens=tgt, decoder_loss_weights=torch.ones(B, T)).items()}
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, device, steps: int, warmup: int) -> tuple[list[float], float]:
+def timed_calls(fn, device, steps: int, warmup: int) -> tuple[list[float], float]:
     """Per-call seconds after ``warmup`` calls, and the seconds the first call took (compilation)."""
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    first = time.perf_counter() - start
+    first = timed(fn, device)[0]
     for _ in range(warmup - 1):
         fn()
-    times = []
-    for _ in range(steps):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return times, first
+    return [timed(fn, device)[0] for _ in range(steps)], first
 
 
 def mean_loss(model, kind: str):
@@ -154,7 +138,7 @@ def measure(fn, device, steps: int, warmup: int) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     try:
-        times, first = timed(fn, device, steps, warmup)
+        times, first = timed_calls(fn, device, steps, warmup)
     except torch.cuda.OutOfMemoryError:
         return {"error": "out of memory"}
     except Exception as error:  # a variant that cannot run (a kernel the device lacks) is reported, not fatal

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 
 from t2t.allocator import keep_freed_memory
+from timing import alternate, timed  # benchmarks/
 
 ROOT = Path(__file__).resolve().parent
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
@@ -138,12 +139,12 @@ def decode_fn(model, kind: str, enc: torch.Tensor, n: int, compile: bool = False
 # ---- measuring ------------------------------------------------------------------------------------------
 
 
-def in_precision(fn, precision: str):
-    """``fn`` in t2t's precision context (bf16: CPU autocast, as t2t-train and t2t-eval use it)."""
+def in_precision(fn, precision: str, device: torch.device = torch.device("cpu")):
+    """``fn`` in t2t's precision context (bf16: autocast, as t2t-train and t2t-eval use it)."""
     from t2t.models import kernels
 
     def run():
-        with kernels.autocast(precision, torch.device("cpu")):
+        with kernels.autocast(precision, device):
             return fn()
     return run
 
@@ -156,35 +157,6 @@ def cpu_name() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
-
-
-def timed(fn) -> tuple[float, float]:
-    w0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w0, time.process_time() - c0
-
-
-def alternate(fns: dict, reps: int, warmup: int = 2, yardstick=None) -> dict:
-    """Run each function ``reps`` times, alternating (order reversed every other rep); medians and minima.
-    With ``yardstick`` (a function returning the machine's rate now), it is called after every round, and each
-    result holds its list of per-round times (``wall_all``) beside the list of those rates (``yardsticks``)."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    wall = {k: [] for k in fns}
-    cpu = {k: [] for k in fns}
-    names, rates = list(fns), []
-    for rep in range(reps):
-        for name in (names if rep % 2 == 0 else names[::-1]):
-            w, c = timed(fns[name])
-            wall[name].append(w)
-            cpu[name].append(c)
-        if yardstick is not None:
-            rates.append(yardstick())
-    return {name: {"wall_s": statistics.median(wall[name]), "wall_min_s": min(wall[name]),
-                   "cpu_s": statistics.median(cpu[name]), "wall_all": [round(x, 4) for x in wall[name]],
-                   **({"yardsticks": rates} if rates else {})}
-            for name in names}
 
 
 def paired(result: dict, value) -> float:

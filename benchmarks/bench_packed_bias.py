@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from timing import alternate  # benchmarks/
 
 from t2t.data.features import get_converter
 from t2t.models import kernels
@@ -37,14 +36,6 @@ def packed_batch(batch: int, lengths: tuple[int, int], vocab_size: int, seed: in
                       "targets": rng.integers(2, vocab_size, rng.integers(2, 33)).tolist() + [1]}):
         pass
     return packer.flush()
-
-
-def timed(step, device: torch.device) -> float:
-    start = time.perf_counter()
-    step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def main(argv=None) -> None:
@@ -70,15 +61,11 @@ def main(argv=None) -> None:
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    times = {name: [] for name in ways}
-    for rep in range(args.reps + 1):  # the first round warms up
-        for name, loss_of in ways.items():
-            seconds = timed(lambda: step(loss_of), device)
-            if rep:
-                times[name].append(seconds)
+    r = alternate({name: lambda loss_of=loss_of: step(loss_of) for name, loss_of in ways.items()}, args.reps,
+                  warmup=1, device=device)
     result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "segments_per_row": float((batch["encoder_segment_ids"].amax(1)).float().mean()),
-              "seconds": {name: {"median": statistics.median(t), "min": min(t)} for name, t in times.items()}}
+              "seconds": {name: {"median": t["wall_s"], "min": t["wall_min_s"]} for name, t in r.items()}}
     with_positions, without = result["seconds"].values()
     result["speedup"] = {stat: with_positions[stat] / without[stat] for stat in ("median", "min")}
     print(json.dumps(result, indent=1))

@@ -40,15 +40,14 @@ import argparse
 import collections
 import copy
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
-from bench_model import (decode_fn, decoding_floor_s, encoder_flops, matmul_gflops, read_gbps,  # benchmarks/
-                         training_flops)
+from bench_model import (decode_fn, decoding_floor_s, encoder_flops, in_precision, matmul_gflops,  # benchmarks/
+                         read_gbps, training_flops)
+from timing import alternate  # benchmarks/
 
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
@@ -179,28 +178,13 @@ def greedy_fns(models: dict, B: int, S: int, N: int, compiled: bool) -> dict:
     return fns
 
 
-def timed(fn, device: torch.device, precision: str) -> tuple[float, object]:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    with autocast(precision, device):
-        out = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start, out
-
-
 def measure(variants: dict, reps: int, device: torch.device, precision: str) -> tuple[dict, dict]:
-    """Median seconds per variant (two warm-up calls each, which compile), and each variant's last output."""
-    outputs = {}
-    for name, fn in variants.items():
-        for _ in range(2):
-            outputs[name] = timed(fn, device, precision)[1]
-    times = {name: [] for name in variants}
-    for rep in range(reps):
-        for name in (list(variants) if rep % 2 == 0 else list(variants)[::-1]):
-            times[name].append(timed(variants[name], device, precision)[0])
-    return {name: statistics.median(t) for name, t in times.items()}, outputs
+    """Median seconds per variant, alternating (two warm-up calls each, which compile), and each variant's
+    output of its first call."""
+    variants = {name: in_precision(fn, precision, device) for name, fn in variants.items()}
+    outputs = {name: fn() for name, fn in variants.items()}
+    medians = {name: r["wall_s"] for name, r in alternate(variants, reps, warmup=1, device=device).items()}
+    return medians, outputs
 
 
 class OpCount(TorchDispatchMode):
