@@ -7,9 +7,13 @@ FSDP's sharded parameters (DTensor cannot reduce a partial norm in place). This 
 constructor, settings and state (``step``, ``row_var``, ``col_var``, ``variance``: checkpoints of either load
 in the other) and computes the same update with the scalars left on the device, over lists of tensors where
 torch has a ``_foreach`` op for the small statistics, one parameter at a time for the update (so its memory
-is torch's), and out of place wherever a norm is reduced. Its parameter scale and clipping
-divisor are float32 where torch's are Python floats, so the two differ by float32 rounding of the step's
-scale (a few units in the last place of each update).
+is torch's), and out of place wherever a norm is reduced. It is also faster on the CPU: the row and column
+statistics are means of g² rather than squared norms (torch's norm down the columns is slow there), and the
+row factor is divided by its mean before the outer product rather than after, which saves a pass over the
+matrix (t5-small's step, fp32, 2 threads of an AVX2 EPYC: 135 ms against torch's 247, alternating in one
+process). Its parameter scale and clipping divisor are float32 where torch's are Python floats, and its
+sums are taken in another order, so the two differ by float32 rounding (a few units in the last place of
+each update).
 """
 
 from __future__ import annotations
@@ -61,19 +65,24 @@ class Adafactor(torch.optim.Adafactor):
 
     @staticmethod
     def _update_factors(grads, states, beta2_weights) -> None:
-        """Each matrix's row and column statistics: moving averages of the row and column means of g²."""
-        for key, dim in (("row_var", -1), ("col_var", -2)):
-            norms = [torch.norm(g, dim=dim, keepdim=True) for g in grads]
-            means = torch._foreach_div(torch._foreach_mul(norms, norms), [g.size(dim) for g in grads])
-            torch._foreach_lerp_([s[key] for s in states], means, beta2_weights)
+        """Each matrix's row and column statistics: moving averages of the row and column means of g². (torch
+        takes them as squared norms; on the CPU the norm down the columns ran 8-20× slower than the mean of g²,
+        two thirds of a t5-small step's Adafactor time.)"""
+        row_means, col_means = [], []
+        for g in grads:  # g² of one matrix at a time: no more memory than the largest
+            squared = g.square()
+            row_means.append(squared.mean(dim=-1, keepdim=True))
+            col_means.append(squared.mean(dim=-2, keepdim=True))
+        torch._foreach_lerp_([s["row_var"] for s in states], row_means, beta2_weights)
+        torch._foreach_lerp_([s["col_var"] for s in states], col_means, beta2_weights)
 
     @staticmethod
     def _second_moment(state: dict, eps1: float) -> torch.Tensor:
         """A new tensor: the estimate of E[g²], the outer product of the factors for a matrix."""
         if "variance" in state:
             return state["variance"].clone()
-        row_var = state["row_var"]
-        return (row_var @ state["col_var"]).div_(row_var.mean(dim=-2, keepdim=True).clamp(min=eps1))
+        row_var = state["row_var"]  # divided before the outer product (torch divides it): one pass fewer
+        return (row_var / row_var.mean(dim=-2, keepdim=True).clamp(min=eps1)) @ state["col_var"]
 
     def _state(self, p: torch.Tensor) -> dict:
         """torch's state for ``p``, made at its first step as torch makes it."""
