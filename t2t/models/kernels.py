@@ -8,9 +8,10 @@ products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W
 twice MKL's rate; Intel: even), and on other CPUs only in decoding steps, by packed weights
 (``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with
 ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager and compiled alike:
-the products are the custom ops ``t2t::onednn_linear`` and ``t2t::linear_without_grad``, which
-``torch.compile`` keeps as opaque calls and fuses the element-wise work around (inductor has no lowering of
-its own for the oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps,
+the products are the custom ops ``t2t::onednn_linear`` and, for products autograd does not record in
+compiled code, ``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile``
+keeps as opaque calls and fuses the element-wise work around (inductor has no lowering of its own for the
+oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps,
 eager and compiled, run inside ``packed_weights``, where each weight is reordered into oneDNN's own layout
 once rather than on every product.
 
@@ -78,15 +79,20 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _onednn_product(x, weight)
 
 
-@torch.library.custom_op("t2t::linear_without_grad", mutates_args=())
-def linear_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _product_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` for products autograd does not record: inside ``packed_weights`` by oneDNN and the
-    weight's packed copy, else by this CPU's faster kernel for plain weights. The copy is looked up here,
-    inside an opaque op, so that compiled decoding steps multiply by packed weights too (a graph cannot take
-    oneDNN's packed tensors as inputs)."""
+    weight's packed copy, else by this CPU's faster kernel for plain weights."""
     if _packed is not None and x.numel():
         return _onednn_product(x, _packed_weight(weight, x))
     return _by_plain_weight(x, weight)
+
+
+@torch.library.custom_op("t2t::linear_without_grad", mutates_args=())
+def linear_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``_product_without_grad`` as an opaque op for compiled code: the packed copy is looked up inside it, so
+    that compiled decoding steps multiply by packed weights too (a graph cannot take oneDNN's packed tensors
+    as inputs)."""
+    return _product_without_grad(x, weight)
 
 
 @onednn_linear.register_fake
@@ -153,7 +159,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if not _use_onednn(x, weight):
         return F.linear(x, weight)
     if not torch.is_grad_enabled():
-        return linear_without_grad(x, weight)
+        # eager calls skip the custom op's dispatch: about 50 µs a call, 37 calls in a 45 ms t5-small decoding step
+        return linear_without_grad(x, weight) if torch.compiler.is_compiling() else _product_without_grad(x, weight)
     return _by_plain_weight(x, weight)
 
 
