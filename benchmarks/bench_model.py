@@ -45,9 +45,9 @@ import time
 from pathlib import Path
 
 import torch
+from timing import alternate, timed  # benchmarks/
 
 from t2t.allocator import keep_freed_memory
-from timing import alternate, timed  # benchmarks/
 
 ROOT = Path(__file__).resolve().parent
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
