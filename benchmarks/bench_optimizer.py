@@ -26,26 +26,24 @@ from t2t.models.t5 import T5, resolve_model_config
 from t2t.training.optim import OptimizerConfig, build_optimizer
 
 
-def optimizers(model: T5) -> dict[str, tuple[T5, torch.optim.Optimizer]]:
-    """Each optimizer over its own copy of ``model``, whose parameters carry gradients."""
+def optimizers(model: T5) -> dict[str, torch.optim.Optimizer]:
+    """Each optimizer over its own copy of ``model``'s parameters and gradients (t2t's over the model's own)."""
     from transformers.optimization import Adafactor as TransformersAdafactor
+
+    def own_copy():
+        clone = copy.deepcopy(model)
+        for ours, theirs in zip(model.parameters(), clone.parameters()):
+            theirs.grad = ours.grad.clone()
+        return clone.parameters()
 
     t2t = build_optimizer(model, OptimizerConfig(name="adafactor", learning_rate=1e-3))
     settings = {k: v for k, v in t2t.defaults.items() if k in ("lr", "beta2_decay", "eps", "d", "weight_decay")}
-    copies = {name: copy.deepcopy(model) for name in ("torch", "torch foreach", "transformers", "fused AdamW")}
-    for clone in copies.values():
-        for ours, theirs in zip(model.parameters(), clone.parameters()):
-            theirs.grad = ours.grad.clone()
-    return {"t2t Adafactor": (model, t2t),
-            "torch Adafactor": (copies["torch"], torch.optim.Adafactor(copies["torch"].parameters(), foreach=False,
-                                                                       **settings)),
-            "torch Adafactor foreach": (copies["torch foreach"], torch.optim.Adafactor(
-                copies["torch foreach"].parameters(), foreach=True, **settings)),
-            "transformers Adafactor": (copies["transformers"], TransformersAdafactor(
-                copies["transformers"].parameters(), lr=1e-3, relative_step=False, scale_parameter=True,
-                warmup_init=False)),
-            "fused AdamW": (copies["fused AdamW"], torch.optim.AdamW(copies["fused AdamW"].parameters(), lr=1e-3,
-                                                                     fused=True))}
+    return {"t2t Adafactor": t2t,
+            "torch Adafactor": torch.optim.Adafactor(own_copy(), foreach=False, **settings),
+            "torch Adafactor foreach": torch.optim.Adafactor(own_copy(), foreach=True, **settings),
+            "transformers Adafactor": TransformersAdafactor(own_copy(), lr=1e-3, relative_step=False,
+                                                            scale_parameter=True, warmup_init=False),
+            "fused AdamW": torch.optim.AdamW(own_copy(), lr=1e-3, fused=True)}
 
 
 def main() -> None:
@@ -61,7 +59,7 @@ def main() -> None:
     model = T5(resolve_model_config(args.preset)).to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
-    steps = {name: optimizer.step for name, (_, optimizer) in optimizers(model).items()}
+    steps = {name: optimizer.step for name, optimizer in optimizers(model).items()}
     r = alternate(steps, args.reps, warmup=2, device=device)
     ours = r["t2t Adafactor"]["wall_s"]
     results = {"preset": args.preset, "device": args.device, "torch": torch.__version__,
