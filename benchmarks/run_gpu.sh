@@ -7,9 +7,10 @@
 # tests: the test files whose CUDA paths the CPU cannot take (FlexAttention gradients and training, compiled
 # training and decoding, decoding replayed as CUDA graphs, the fused projections, which use the GPU when there
 # is one, and Adafactor's step, which must not wait for the device); bench: bench_packed_bias.py (packed rows
-# with a position bias each or one shared, a minute), bench_peers.py (t5-small against transformers and nai-t5,
-# and t2t with separate projections, a few minutes), bench_precision.py, bench_gpu.py (t5.1.1-base at nanoT5's
-# setting against transformers, the longest) and, where $T2T_DATA_DIR holds GLUE and
+# with a position bias each or one shared, a minute), bench_optimizer.py (an optimizer step of t5.1.1-base:
+# t2t's Adafactor against torch's, transformers' and fused AdamW, a minute), bench_peers.py (t5-small against
+# transformers and nai-t5, and t2t with separate projections, a few minutes), bench_precision.py, bench_gpu.py
+# (t5.1.1-base at nanoT5's setting against transformers, the longest) and, where $T2T_DATA_DIR holds GLUE and
 # the vocabulary, bench_data_wait.py (real training steps on GLUE: do they wait for their batches?) on the GPU.
 # Exit status 1 if any failed.
 set -uo pipefail
@@ -28,6 +29,8 @@ fi
 if [[ $what != tests ]]; then  # the quick ones first: leases of GPU time are often short
     python benchmarks/bench_packed_bias.py --device cuda --preset t5.1.1-base --batch 128 --precision bf16 \
         --out "$out/packed-bias-cuda.json" || status=1
+    python benchmarks/bench_optimizer.py --device cuda --preset t5.1.1-base --out "$out/optimizer-cuda.json" \
+        || status=1
     if python -c "import nai_t5" 2>/dev/null; then
         python benchmarks/bench_peers.py --device cuda --precision bf16 --workloads train greedy encoder \
             --other-projections --out "$out/peers-cuda.json" || status=1
