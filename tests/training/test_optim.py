@@ -77,6 +77,24 @@ def test_adafactor_takes_t5s_step_on_tiny_float32_gradients():
         np.testing.assert_allclose(model.weight.detach().numpy(), param, rtol=0, atol=1e-5)
 
 
+def test_adafactor_leaves_rows_without_gradient_where_they_are():
+    """An untied embedding's rows for tokens no batch holds get exactly zero gradients, so their second-moment
+    rows are 0 (and a matrix no batch reaches is 0 throughout): the estimate is floored at epsilon1², the
+    update is 0 × a large finite number, and those rows stay put while the others move."""
+    torch.manual_seed(0)
+    embedding, unused = torch.nn.Parameter(torch.randn(6, 4)), torch.nn.Parameter(torch.randn(3, 5))
+    start = [embedding.detach().clone(), unused.detach().clone()]
+    optimizer = build_optimizer(torch.nn.ParameterList([embedding, unused]), OptimizerConfig(learning_rate=0.01))
+    for _ in range(3):
+        grad = torch.randn(6, 4)
+        grad[[1, 4]] = 0.0
+        embedding.grad, unused.grad = grad, torch.zeros(3, 5)
+        optimizer.step()
+    moved = (embedding.detach() - start[0]).abs().amax(dim=1)
+    assert torch.isfinite(embedding).all() and torch.equal(unused.detach(), start[1])
+    assert (moved[[1, 4]] == 0).all() and (moved[[0, 2, 3, 5]] > 1e-3).all()
+
+
 def adafactor_pair(weight_decay: float):
     """torch's Adafactor and t2t's, each over its own copy of a matrix and a vector."""
     torch.manual_seed(0)
