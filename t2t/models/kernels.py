@@ -4,9 +4,8 @@ a ReLU that compiles without a bool mask. (What each choice measured, per CPU: b
 On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its CPU convolutions and bf16
 matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
 products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
-``grad.T @ x`` (the weight gradient), where that was measured to pay: on CPUs with AVX-512 (AMD Zen 4: about
-twice MKL's rate; Intel: even), and on other CPUs only in decoding steps, by packed weights
-(``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with
+``grad.T @ x`` (the weight gradient), where that was measured to pay: on AMD CPUs with AVX-512 (Zen 4: about
+twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with
 ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager and compiled alike:
 the products are the custom ops ``t2t::onednn_linear`` and, for products autograd does not record in
 compiled code, ``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile``
@@ -41,6 +40,7 @@ import functools
 import logging
 import math
 import os
+import platform
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,12 +58,32 @@ log = logging.getLogger(__name__)
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
-#: Whether oneDNN multiplies by plain (unpacked) weights: in training, the encoder and scoring. Where the CPU has
-#: AVX-512 its fp32 GEMMs are the faster (AMD Zen 4: about twice MKL's rate; Intel: even); on AVX2 CPUs MKL's
-#: are (AMD Zen 3: a t5-small training step 6-17% faster on MKL, eager and compiled; the encoder 3-9% on
-#: average), while oneDNN's products by packed weights still win in decoding steps there (at 32 rows 1.3-2.8×
-#: MKL's rate). Fixed per machine, so a resumed run multiplies as the run it resumes did.
-ONEDNN_UNPACKED = torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
+def onednn_for_plain_weights(capability: str, cpu_description: str) -> bool:
+    """Whether oneDNN, not MKL, should multiply by plain (unpacked) weights (in training, the encoder and
+    scoring) on a CPU with torch's ``capability`` and a ``cpu_description`` naming its vendor. Only on AMD
+    CPUs with AVX-512 (Zen 4: about twice MKL's rate). On AVX2 CPUs MKL
+    is the faster (AMD Zen 3: a t5-small training step 6-17% faster, eager and compiled; the encoder 3-9%),
+    and on Intel CPUs with AVX-512 too (a Xeon with AMX: MKL 1.2-1.8× oneDNN's rate on the weight gradients of
+    t5-small, 1.0-1.25× on the others). oneDNN's products by packed weights still win in decoding steps on all
+    of them (at 32 rows 1.3-2.8× MKL's rate)."""
+    return capability == "AVX512" and "AuthenticAMD" in cpu_description
+
+
+def _cpu_description() -> str:
+    """Text naming this CPU's vendor: the start of /proc/cpuinfo on Linux, ``platform.processor()`` elsewhere
+    (Windows puts the vendor there)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return cpuinfo.read(4096)
+    except OSError:
+        return platform.processor()
+
+
+#: Whether oneDNN multiplies by plain weights on this machine (``onednn_for_plain_weights``). Fixed per machine,
+#: so a resumed run multiplies as the run it resumes did.
+ONEDNN_UNPACKED = onednn_for_plain_weights(torch.backends.cpu.get_cpu_capability(), _cpu_description())
 
 
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -91,6 +91,17 @@ def test_without_avx512_only_products_by_packed_weights_take_onednn(monkeypatch)
     assert len(products) == len(store) == 1  # a decoding step's product: oneDNN by the packed weight
 
 
+@pytest.mark.parametrize("capability, cpu, onednn", [
+    ("AVX512", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", True),  # Zen 4: oneDNN about twice MKL's rate
+    ("AVX512", "vendor_id\t: GenuineIntel\ncpu family\t: 6", False),  # Xeon: MKL the faster, most of all on weight grads
+    ("AVX2", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", False),  # Zen 3: MKL the faster
+    ("AVX512", "Intel64 Family 6 Model 143 Stepping 8, GenuineIntel", False),  # Windows' platform.processor()
+    ("AVX512", "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD", True),
+])
+def test_plain_weights_take_onednn_on_amd_cpus_with_avx512_only(capability, cpu, onednn):
+    assert kernels.onednn_for_plain_weights(capability, cpu) is onednn
+
+
 def test_linear_module_keeps_nn_linear_parameters():
     layer = kernels.Linear(8, 6)
     assert layer.bias is None and list(layer.state_dict()) == ["weight"]
