@@ -48,6 +48,7 @@ import torch
 from timing import alternate, timed  # benchmarks/
 
 from t2t.allocator import keep_freed_memory
+from t2t.models import kernels
 
 ROOT = Path(__file__).resolve().parent
 SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, dropout_rate=0.1,
@@ -141,8 +142,6 @@ def decode_fn(model, kind: str, enc: torch.Tensor, n: int, compile: bool = False
 
 def in_precision(fn, precision: str, device: torch.device = torch.device("cpu")):
     """``fn`` in t2t's precision context (bf16: autocast, as t2t-train and t2t-eval use it)."""
-    from t2t.models import kernels
-
     def run():
         with kernels.autocast(precision, device):
             return fn()
@@ -184,8 +183,6 @@ def matmul_gflops(precision: str = "fp32", reps: int = 5, n: int = 2048) -> dict
     """GEMM rate of an n³ product in ``precision`` with each CPU kernel torch has for it (fp32: MKL, and
     oneDNN where built in; bf16: oneDNN, which torch's bf16 matmul runs on); the best is the machine's
     measured matmul rate."""
-    from t2t.models import kernels
-
     a, b = torch.randn(n, n), torch.randn(n, n)
     if precision == "bf16":
         a, b = a.bfloat16(), b.bfloat16()
@@ -354,9 +351,9 @@ def memory_child(kind: str, workload: str, shape: list[int], optimizer: str) -> 
             "model_and_work_mb": peak - imported}
 
 
-def measure_memory(kind, workload, shape, optimizer, threads) -> dict:
+def measure_memory(kind, workload, shape, optimizer, threads, plain_weights) -> dict:
     cmd = [sys.executable, __file__, "--memory-child", kind, workload, ",".join(map(str, shape)),
-           "--optimizer", optimizer]
+           "--optimizer", optimizer, "--plain-weights", plain_weights]
     if threads:
         cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -379,6 +376,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--breakdown", action="store_true",
                     help="time every op of one of our training steps and of greedy decoding (see op_breakdown)")
+    ap.add_argument("--plain-weights", choices=["auto", "onednn", "mkl"], default="auto",
+                    help="our kernel for products by plain weights (training, the encoder); auto: this CPU's "
+                         "choice, kernels.ONEDNN_UNPACKED")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
     ap.add_argument("--memory-child", nargs=3, metavar=("KIND", "WORKLOAD", "SHAPE"), help=argparse.SUPPRESS)
     return ap.parse_args()
@@ -392,6 +392,7 @@ def machine(args, malloc: str) -> dict:
                                  "threads": torch.get_num_threads(), "cpu": cpu_name(),
                                  "transformers": transformers.__version__},
                      "optimizer": args.optimizer, "precision": args.precision, "malloc": malloc,
+                     "plain_weights": "onednn" if kernels.ONEDNN_UNPACKED else "mkl",
                      "matmul_gflops": matmul_gflops(args.precision), "read_gbps": read_gbps()}
     print(f"{args.precision} matmul (2048³), {torch.get_num_threads()} threads: "
           + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in results["matmul_gflops"].items())
@@ -528,7 +529,8 @@ def bench_memory(args, results: dict, save) -> None:
           f"{'ours model+work MB':>20}{'hf model+work MB':>18}")
     workloads = [("train", list(s)) for s in TRAIN_SHAPES] + [("decode", list(DECODE_SHAPE))]
     for workload, shape in workloads:
-        m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads) for kind in ("ours", "hf")}
+        m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads, args.plain_weights)
+             for kind in ("ours", "hf")}
         results["memory"].append({"workload": workload, "shape": shape, **m})
         save()
         print(f"{workload + ' ' + 'x'.join(map(str, shape)):<26}{m['ours']['peak_rss_mb']:>13.0f}"
@@ -541,6 +543,8 @@ def main() -> None:
     malloc = "kept" if keep_freed_memory() else "system"  # memory children inherit T2T_SYSTEM_MALLOC
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.plain_weights != "auto":
+        kernels.ONEDNN_UNPACKED = args.plain_weights == "onednn"
     if args.memory_child:
         kind, workload, shape = args.memory_child
         print(json.dumps(memory_child(kind, workload, [int(x) for x in shape.split(",")], args.optimizer)))
