@@ -5,8 +5,8 @@ On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its C
 matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
 products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
 ``grad.T @ x`` (the weight gradient), where that was measured to pay: on AMD CPUs with AVX-512 (Zen 4: about
-twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (``ONEDNN_UNPACKED``). Both are IEEE fp32 kernels (no reduced-precision accumulation), so results agree with
-``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager and compiled alike:
+twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (``ONEDNN_UNPACKED``). Both are
+IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager and compiled alike:
 the products are the custom ops ``t2t::onednn_linear`` and, for products autograd does not record in
 compiled code, ``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile``
 keeps as opaque calls and fuses the element-wise work around (inductor has no lowering of its own for the
@@ -63,11 +63,11 @@ UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed cop
 def onednn_for_plain_weights(capability: str, cpu_description: str) -> bool:
     """Whether oneDNN, not MKL, should multiply by plain (unpacked) weights (in training, the encoder and
     scoring) on a CPU with torch's ``capability`` and a ``cpu_description`` naming its vendor. Only on AMD
-    CPUs with AVX-512 (Zen 4: about twice MKL's rate). On AVX2 CPUs MKL
-    is the faster (AMD Zen 3: a t5-small training step 6-17% faster, eager and compiled; the encoder 3-9%),
-    and on Intel CPUs with AVX-512 too (a Xeon with AMX: MKL 1.2-1.8× oneDNN's rate on the weight gradients of
-    t5-small, 1.0-1.25× on the others). oneDNN's products by packed weights still win in decoding steps on all
-    of them (at 32 rows 1.3-2.8× MKL's rate)."""
+    CPUs with AVX-512 (Zen 4: about twice MKL's rate). On AVX2 CPUs MKL is the faster (AMD Zen 3: a t5-small
+    training step 6-17% faster, eager and compiled; the encoder 3-9%), and on Intel CPUs with AVX-512 too (a
+    Xeon with AMX: MKL 1.2-1.8× oneDNN's rate on t5-small's weight gradients, 1.0-1.25× on its other
+    products; training steps 7-12% faster). oneDNN's products by packed weights still win in decoding steps
+    on all of them (at 32 rows 1.3-2.8× MKL's rate)."""
     return capability == "AVX512" and "AuthenticAMD" in cpu_description
 
 

@@ -15,7 +15,7 @@ def _takes_onednn(y: torch.Tensor) -> bool:
 
 @pytest.fixture
 def onednn_unpacked(monkeypatch):
-    """oneDNN for products by plain weights, as on CPUs with AVX-512, whatever this CPU has."""
+    """oneDNN for products by plain weights, as on AMD CPUs with AVX-512, whatever this CPU is."""
     monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", True)
 
 
@@ -75,8 +75,8 @@ def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_unpacke
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_without_avx512_only_products_by_packed_weights_take_onednn(monkeypatch):
-    monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", False)  # as on an AVX2 CPU, where MKL is the faster there
+def test_where_mkl_is_faster_only_products_by_packed_weights_take_onednn(monkeypatch):
+    monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", False)  # as on AVX2 and Intel CPUs, where MKL is faster
     products = []
     onednn = kernels._onednn_product
     monkeypatch.setattr(kernels, "_onednn_product", lambda x, w: products.append(w) or onednn(x, w))
