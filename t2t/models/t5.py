@@ -800,7 +800,8 @@ class T5(nn.Module):
         allowed = _decoder_allowed(max_len, device, None, (pos < visible_prefix) if visible_prefix else None)
         table = self.decoder.self_attention_bias(pos, pos, allowed, dtype, self.bidirectional_decoder)
         cache = DecoderCache(self_k, self_v, table, key_valid=key_valid)
-        cache.qkv_weights = [block.self_attn.qkv_weight() for block in self.decoder.blocks]  # fused once
+        # q|k|v fused once, in the compute dtype: left fp32 under autocast, it would be cast again at every step
+        cache.qkv_weights = [block.self_attn.qkv_weight().to(dtype) for block in self.decoder.blocks]
         return cache
 
     def extend(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:

@@ -184,3 +184,14 @@ def test_score_equals_sum_of_log_softmax():
         logp = F.log_softmax(model(enc, dec), -1).gather(-1, targets[..., None])[..., 0]
     expected = (logp * (targets != 0)).sum(1)
     assert torch.allclose(model.score(enc, targets), expected, atol=1e-4)
+
+
+def test_bf16_decoding_casts_the_fused_qkv_weight_once_per_call_with_autocasts_rounding():
+    _, ours = hf_pair()
+    enc, tokens = ragged_inputs(B=3), torch.tensor([5, 6, 7])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        cache, _ = ours.begin_decoding(enc, 4)
+        assert {w.dtype for w in cache.qkv_weights} == {torch.bfloat16}  # fp32 would be cast at every step
+        again, _ = ours.begin_decoding(enc, 4)
+        again.qkv_weights = [block.self_attn.qkv_weight() for block in ours.decoder.blocks]  # fp32: autocast casts
+        torch.testing.assert_close(ours.decode_step(tokens, cache), ours.decode_step(tokens, again), rtol=0, atol=0)
