@@ -263,6 +263,7 @@ def test_one_query_attention_is_sdpa_up_to_rounding(dtype, monkeypatch):
     calls = []
     one_query = kernels._single_query_attention
     monkeypatch.setattr(kernels, "_single_query_attention", lambda *a: calls.append(1) or one_query(*a))
+    monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", False)  # as on CPUs without AMX
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
     k, v = (torch.randn(3, 4, 9, 16, generator=g).to(dtype) for _ in range(2))
@@ -276,6 +277,19 @@ def test_one_query_attention_is_sdpa_up_to_rounding(dtype, monkeypatch):
         error, bound = (got.double() - exact).abs(), _one_query_rounding_bound(q, k, v, b, dtype)
         assert (error <= bound).all(), f"worst error/bound {(error / bound).max():.3f}"
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("dtype, by_sdpa", [(torch.bfloat16, True), (torch.float32, False)])
+def test_with_amx_bf16_attention_of_one_query_takes_sdpa(dtype, by_sdpa, monkeypatch):
+    calls = []
+    one_query = kernels._single_query_attention
+    monkeypatch.setattr(kernels, "_single_query_attention", lambda *a: calls.append(1) or one_query(*a))
+    monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", True)  # as on a CPU with AMX
+    q, k, v = (torch.randn(2, 4, n, 16).to(dtype) for n in (1, 9, 9))
+    bias = torch.zeros(2, 1, 1, 9, dtype=dtype)
+    torch.testing.assert_close(kernels.attention(q, k, v, bias, 0.0),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0))
+    assert len(calls) == (0 if by_sdpa else 1)
 
 
 def _saved_dtypes(fn, x: torch.Tensor) -> list[torch.dtype]:
