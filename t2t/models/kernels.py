@@ -6,9 +6,10 @@ matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``lin
 products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
 ``grad.T @ x`` (the weight gradient), where that was measured to pay: on AMD CPUs with AVX-512 (Zen 4: about
 twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (``ONEDNN_UNPACKED``). Both are
-IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager and compiled alike:
-the products are the custom ops ``t2t::onednn_linear`` and, for products autograd does not record in
-compiled code, ``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile``
+IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path
+is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the products are the custom ops
+``t2t::onednn_linear`` and, for products autograd does not record in compiled code,
+``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile``
 keeps as opaque calls and fuses the element-wise work around (inductor has no lowering of its own for the
 oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps,
 eager and compiled, run inside ``packed_weights``, where each weight is reordered into oneDNN's own layout

@@ -93,7 +93,7 @@ def test_where_mkl_is_faster_only_products_by_packed_weights_take_onednn(monkeyp
 
 @pytest.mark.parametrize("capability, cpu, onednn", [
     ("AVX512", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", True),  # Zen 4: oneDNN about twice MKL's rate
-    ("AVX512", "vendor_id\t: GenuineIntel\ncpu family\t: 6", False),  # Xeon: MKL the faster, most of all on weight grads
+    ("AVX512", "vendor_id\t: GenuineIntel\ncpu family\t: 6", False),  # Xeon: MKL faster, most on weight grads
     ("AVX2", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", False),  # Zen 3: MKL the faster
     ("AVX512", "Intel64 Family 6 Model 143 Stepping 8, GenuineIntel", False),  # Windows' platform.processor()
     ("AVX512", "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD", True),
@@ -256,13 +256,19 @@ def _one_query_rounding_bound(q, k, v, bias, dtype) -> torch.Tensor:
     return out_error + u * ((probs @ v).abs() + out_error)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_one_query_attention_is_sdpa_up_to_rounding(dtype, monkeypatch):
-    """A decoding step's attention (one query per row, no dropout) takes its own path on the CPU, and computes
-    SDPA's attention (unscaled, additive mask) within the rounding of ``dtype``."""
+@pytest.fixture
+def one_query_calls(monkeypatch) -> list:
+    """A list that gets an entry for each call of ``kernels._single_query_attention``."""
     calls = []
     one_query = kernels._single_query_attention
     monkeypatch.setattr(kernels, "_single_query_attention", lambda *a: calls.append(1) or one_query(*a))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_query_attention_is_sdpa_up_to_rounding(dtype, one_query_calls, monkeypatch):
+    """A decoding step's attention (one query per row, no dropout) takes its own path on the CPU, and computes
+    SDPA's attention (unscaled, additive mask) within the rounding of ``dtype``."""
     monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", False)  # as on CPUs without AMX
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
@@ -276,20 +282,17 @@ def test_one_query_attention_is_sdpa_up_to_rounding(dtype, monkeypatch):
         assert got.dtype == dtype and got.shape == (3, 4, 1, 16)
         error, bound = (got.double() - exact).abs(), _one_query_rounding_bound(q, k, v, b, dtype)
         assert (error <= bound).all(), f"worst error/bound {(error / bound).max():.3f}"
-    assert len(calls) == 2
+    assert len(one_query_calls) == 2
 
 
 @pytest.mark.parametrize("dtype, by_sdpa", [(torch.bfloat16, True), (torch.float32, False)])
-def test_with_amx_bf16_attention_of_one_query_takes_sdpa(dtype, by_sdpa, monkeypatch):
-    calls = []
-    one_query = kernels._single_query_attention
-    monkeypatch.setattr(kernels, "_single_query_attention", lambda *a: calls.append(1) or one_query(*a))
+def test_with_amx_bf16_attention_of_one_query_takes_sdpa(dtype, by_sdpa, one_query_calls, monkeypatch):
     monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", True)  # as on a CPU with AMX
     q, k, v = (torch.randn(2, 4, n, 16).to(dtype) for n in (1, 9, 9))
     bias = torch.zeros(2, 1, 1, 9, dtype=dtype)
     torch.testing.assert_close(kernels.attention(q, k, v, bias, 0.0),
                                F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0))
-    assert len(calls) == (0 if by_sdpa else 1)
+    assert len(one_query_calls) == (0 if by_sdpa else 1)
 
 
 def _saved_dtypes(fn, x: torch.Tensor) -> list[torch.dtype]:
