@@ -9,11 +9,11 @@ twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (
 IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path
 is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the products are the custom ops
 ``t2t::onednn_linear`` and, for products autograd does not record in compiled code,
-``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile``
-keeps as opaque calls and fuses the element-wise work around (inductor has no lowering of its own for the
-oneDNN op). Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps,
-eager and compiled, run inside ``packed_weights``, where each weight is reordered into oneDNN's own layout
-once rather than on every product.
+``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile`` keeps as opaque
+calls and fuses the element-wise work around (inductor has no lowering of its own for the oneDNN op).
+Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps, eager and compiled, run
+inside ``packed_weights``, where each weight is reordered into oneDNN's own layout once rather than on every
+product.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
