@@ -23,13 +23,15 @@ each eager and under ``torch.compile``: the whole encoder; the forward pass and 
 ``compile: true`` does it); decoding as each library's users compile it (t2t ``compile=True``, transformers a
 static cache with ``generate``'s compilation). nai-t5's cached decoding step slices its cache to the current
 length, a new shape every step, so its compiled decoding is not measured. Models alternate, order swapped every
-repetition; the median wall time is reported with each one's speed relative to transformers' eager time, and
-against this machine: for the encoder and training, the share of the matmul rate (FLOPs counted as
-``bench_model`` counts them, over the best 2048³ rate measured at the start and after each workload), for greedy
-decoding the time over its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse,
-as t2t's commands do (``t2t.allocator``, for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults).
-For each eager training step, the ops it dispatches are counted too (``ops``): at these sizes a GPU step is
-bound by kernel launches. ``--other-projections`` adds to the encoder and training workloads t2t with the
+repetition; the median wall time is reported with each one's speed relative to transformers' eager time (the
+ratio of the medians, and "paired": the median over rounds of the ratio within a round, which a shared
+machine's drift from round to round moves less; every round's time is kept in the JSON), and against this
+machine: for the encoder and training, the share of the matmul rate (FLOPs counted as ``bench_model`` counts
+them, over the best 2048³ rate measured at the start and after each workload), for greedy decoding the time over
+its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse, as t2t's commands do
+(``t2t.allocator``, for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults). For each eager
+training step, the ops it dispatches are counted too (``ops``): at these sizes a GPU step is bound by kernel
+launches. ``--other-projections`` adds to the encoder and training workloads t2t with the
 attention projections it does not use on the device (``t5.fused_projections``): "t2t fused" on the CPU, q|k|v
 (and cross-attention's k|v) concatenated at every call as nai-t5 stores them; "t2t separate" on CUDA, a product
 for each (``other_projections``). Results: JSON in --out.
@@ -52,7 +54,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from bench_model import (decode_fn, decoding_floor_s, encoder_flops, in_precision, matmul_gflops,  # benchmarks/
                          read_gbps, training_flops)
-from timing import alternate  # benchmarks/
+from timing import alternate, paired_speed  # benchmarks/
 
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
@@ -185,12 +187,11 @@ def greedy_fns(models: dict, B: int, S: int, N: int, compiled: bool) -> dict:
 
 
 def measure(variants: dict, reps: int, device: torch.device, precision: str) -> tuple[dict, dict]:
-    """Median seconds per variant, alternating (two warm-up calls each, which compile), and each variant's
+    """``alternate``'s timings of each variant (two warm-up calls each, which compile), and each variant's
     output of its first call."""
     variants = {name: in_precision(fn, precision, device) for name, fn in variants.items()}
     outputs = {name: fn() for name, fn in variants.items()}
-    medians = {name: r["wall_s"] for name, r in alternate(variants, reps, warmup=1, device=device).items()}
-    return medians, outputs
+    return alternate(variants, reps, warmup=1, device=device), outputs
 
 
 class OpCount(TorchDispatchMode):
@@ -265,14 +266,18 @@ def main() -> None:
             variants = {f"{name} {mode}": fn for mode in ("eager", "compiled")
                         for name, fn in builders[workload](models, *shape, mode == "compiled").items()}
             with torch.no_grad() if workload != "train" else torch.enable_grad():
-                medians, outputs = measure(variants, args.reps, device, args.precision)
+                timings, outputs = measure(variants, args.reps, device, args.precision)
+            medians = {name: r["wall_s"] for name, r in timings.items()}
             if workload == "train":  # at these sizes a GPU step is bound by launches: count them
                 for name in (n for n in variants if n.endswith("eager")):
                     results.setdefault("ops", {})[f"{key} {name}"] = ops_per_call(variants[name], args.precision,
                                                                                   device)
             base = medians["transformers eager"]
-            results["workloads"][key] = {name: {"median_s": t, "speed_vs_transformers_eager": base / t}
-                                         for name, t in medians.items()}
+            results["workloads"][key] = {
+                name: {"median_s": t, "speed_vs_transformers_eager": base / t,
+                       "paired_speed_vs_transformers_eager": paired_speed(timings, "transformers eager", name),
+                       "rounds_s": timings[name]["wall_all"]}
+                for name, t in medians.items()}
             if device.type == "cpu":  # the best rate so far: one slow measurement would inflate the shares
                 results["matmul_gflops"] = max(results["matmul_gflops"], matmul_gflops(args.precision)["best"])
                 for name, t in medians.items():
@@ -288,7 +293,9 @@ def main() -> None:
                                   if k in ("share_of_matmul_rate", "over_floor"))
                 ops = results.get("ops", {}).get(f"{key} {name}")
                 ops = f"  ops {ops['ops']} (matrix products {ops['matrix_products']})" if ops else ""
-                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}×{machine}{ops}", flush=True)
+                paired = results["workloads"][key][name]["paired_speed_vs_transformers_eager"]
+                print(f"  {name:24s} {t * 1e3:9.1f} ms  {base / t:.2f}× (paired {paired:.2f}×){machine}{ops}",
+                      flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
 

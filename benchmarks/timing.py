@@ -49,3 +49,10 @@ def alternate(fns: dict[str, Callable], reps: int, warmup: int = 2, device: torc
                    "cpu_s": statistics.median(cpu[name]), "wall_all": [round(x, 6) for x in wall[name]],
                    **({"yardsticks": rates} if rates else {})}
             for name in names}
+
+
+def paired_speed(results: dict[str, dict], base: str, name: str) -> float:
+    """The median over rounds of ``base``'s time over ``name``'s in the same round of ``alternate``'s
+    ``results``: a speed ratio that the machine's drift between rounds moves much less than the ratio of
+    medians does (a round's calls follow one another within seconds)."""
+    return statistics.median(b / t for b, t in zip(results[base]["wall_all"], results[name]["wall_all"]))
