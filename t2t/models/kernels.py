@@ -8,7 +8,7 @@ products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W
 twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (``ONEDNN_UNPACKED``). Both are
 IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path
 is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the products are the custom ops
-``t2t::onednn_linear`` and, for products autograd does not record in compiled code,
+``t2t::onednn_linear`` and, for products by packed weights in compiled code (below),
 ``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile`` keeps as opaque
 calls and fuses the element-wise work around (inductor has no lowering of its own for the oneDNN op).
 Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps, eager and compiled, run
@@ -179,10 +179,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
     if not _use_onednn(x, weight):
         return F.linear(x, weight)
-    if not torch.is_grad_enabled():
-        # eager calls skip the custom op's dispatch: about 50 µs a call, 37 calls in a 45 ms t5-small decoding step
-        return linear_without_grad(x, weight) if torch.compiler.is_compiling() else _product_without_grad(x, weight)
-    return _by_plain_weight(x, weight)
+    if torch.is_grad_enabled() or _packed is None:
+        return _by_plain_weight(x, weight)
+    # inside ``packed_weights`` (dynamo guards on it, so a compiled graph is made for one case or the other).
+    # Eager calls skip the custom op's dispatch: about 50 µs a call, 37 calls in a 45 ms t5-small decoding step
+    return linear_without_grad(x, weight) if torch.compiler.is_compiling() else _product_without_grad(x, weight)
 
 
 def _by_plain_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -323,11 +324,15 @@ _relu.register_autograd(lambda ctx, grad: _relu_backward(grad, *ctx.saved_tensor
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
-    """``F.relu``; on the CPU an opaque op whose backward reads the saved output. Compiled as ``F.relu``, the
-    training graph saves ``out <= 0`` as a bool tensor instead, and inductor's CPU code (torch 2.13) stores
-    bools 25-35× slower than eager: 17 ms against 0.5-0.7 for a [8, 128, 2048] mask (one thread), about a tenth
-    of a compiled t5-small training step."""
-    return _relu(x) if x.device.type == "cpu" else F.relu(x)
+    """``F.relu``; on the CPU, where autograd records it, an opaque op whose backward reads the saved output.
+    Compiled as ``F.relu``, the training graph saves ``out <= 0`` as a bool tensor instead, and inductor's CPU
+    code (torch 2.13) stores bools 25-35× slower than eager: 17 ms against 0.5-0.7 for a [8, 128, 2048] mask
+    (one thread), about a tenth of a compiled t5-small training step. Without autograd it stays ``F.relu``,
+    which compiled code fuses: as the opaque op, a compiled t5-small encoder over 32 × 128 tokens spent 8-14 ms
+    a layer in it (a Xeon, fp32)."""
+    if x.device.type == "cpu" and torch.is_grad_enabled() and x.requires_grad:
+        return _relu(x)
+    return F.relu(x)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:

@@ -91,6 +91,35 @@ def test_where_mkl_is_faster_only_products_by_packed_weights_take_onednn(monkeyp
     assert len(products) == len(store) == 1  # a decoding step's product: oneDNN by the packed weight
 
 
+def _compiled_ops(fn, *args) -> set[str]:
+    """The ops of the graph ``torch.compile`` makes of ``fn`` (as its backend receives it)."""
+    graphs = []
+
+    def record(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module
+
+    torch.compile(fn, backend=record, fullgraph=True, dynamic=False)(*args)
+    return {str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
+
+
+@pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
+def test_compiled_code_without_autograd_keeps_opaque_ops_for_packed_products_alone(monkeypatch):
+    """Without autograd, compiled code is plain ``F.linear`` and ``F.relu`` (which inductor fuses), but for
+    the products by packed weights of a decoding step; the opaque relu is for graphs autograd records."""
+    monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", False)
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    ffn = lambda x: kernels.relu(kernels.linear(x, w))  # noqa: E731
+    with torch.no_grad():
+        plain = _compiled_ops(ffn, x)
+        with kernels.packed_weights(WeakIdKeyDictionary()):
+            packed = _compiled_ops(ffn, x)
+    trained = _compiled_ops(ffn, x.requires_grad_(True))
+    assert not [op for op in plain if "t2t." in op], plain
+    assert any("t2t.linear_without_grad" in op for op in packed) and not any("t2t.relu" in op for op in packed)
+    assert any("t2t.relu" in op for op in trained), trained
+
+
 @pytest.mark.parametrize("capability, cpu, onednn", [
     ("AVX512", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", True),  # Zen 4: oneDNN about twice MKL's rate
     ("AVX512", "vendor_id\t: GenuineIntel\ncpu family\t: 6", False),  # Xeon: MKL faster, most on weight grads
