@@ -328,7 +328,7 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     Compiled as ``F.relu``, the training graph saves ``out <= 0`` as a bool tensor instead, and inductor's CPU
     code (torch 2.13) stores bools 25-35× slower than eager: 17 ms against 0.5-0.7 for a [8, 128, 2048] mask
     (one thread), about a tenth of a compiled t5-small training step. Without autograd it stays ``F.relu``,
-    which compiled code fuses: as the opaque op, a compiled t5-small encoder over 32 × 128 tokens spent 8-14 ms
+    which compiled code fuses: as the opaque op, a compiled t5-small encoder over 32 × 128 tokens spent 5-14 ms
     a layer in it (a Xeon, fp32)."""
     if x.device.type == "cpu" and torch.is_grad_enabled() and x.requires_grad:
         return _relu(x)

@@ -53,17 +53,21 @@ def test_fp32_cpu_takes_the_onednn_path_and_other_dtypes_do_not(onednn_unpacked)
         assert not kernels._use_onednn(x, w)
 
 
-@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
-def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_unpacked):
+def _compiled_ops(fn, *args) -> set[str]:
+    """The ops of the graph ``torch.compile`` makes of ``fn`` (as its backend receives it)."""
     graphs = []
 
-    def record(graph_module, example_inputs):  # the graph torch.compile hands its backend
+    def record(graph_module, example_inputs):
         graphs.append(graph_module)
         return graph_module
 
-    layer = kernels.Linear(16, 24)
-    torch.compile(layer, backend=record, fullgraph=True)(torch.randn(2, 3, 16))
-    called = {str(node.target) for graph in graphs for node in graph.graph.nodes}
+    torch.compile(fn, backend=record, fullgraph=True, dynamic=False)(*args)
+    return {str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
+
+
+@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
+def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_unpacked):
+    called = _compiled_ops(kernels.Linear(16, 24), torch.randn(2, 3, 16))
     assert any("t2t.onednn_linear" in target for target in called), called
 
     g = torch.Generator().manual_seed(0)
@@ -91,18 +95,6 @@ def test_where_mkl_is_faster_only_products_by_packed_weights_take_onednn(monkeyp
     assert len(products) == len(store) == 1  # a decoding step's product: oneDNN by the packed weight
 
 
-def _compiled_ops(fn, *args) -> set[str]:
-    """The ops of the graph ``torch.compile`` makes of ``fn`` (as its backend receives it)."""
-    graphs = []
-
-    def record(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module
-
-    torch.compile(fn, backend=record, fullgraph=True, dynamic=False)(*args)
-    return {str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
-
-
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
 def test_compiled_code_without_autograd_keeps_opaque_ops_for_packed_products_alone(monkeypatch):
     """Without autograd, compiled code is plain ``F.linear`` and ``F.relu`` (which inductor fuses), but for
@@ -115,6 +107,7 @@ def test_compiled_code_without_autograd_keeps_opaque_ops_for_packed_products_alo
         with kernels.packed_weights(WeakIdKeyDictionary()):
             packed = _compiled_ops(ffn, x)
     trained = _compiled_ops(ffn, x.requires_grad_(True))
+    assert [op for op in plain if "linear" in op] and [op for op in plain if "relu" in op], plain  # a graph was made
     assert not [op for op in plain if "t2t." in op], plain
     assert any("t2t.linear_without_grad" in op for op in packed) and not any("t2t.relu" in op for op in packed)
     assert any("t2t.relu" in op for op in trained), trained
