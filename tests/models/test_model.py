@@ -53,6 +53,8 @@ def hf_pair(feed_forward_proj="relu", tied=True, seed=0, eos_boost=1.0, **overri
         hf.shared.weight[1] *= eos_boost
         if not tied:
             hf.lm_head.weight[1] *= eos_boost
+    if not tied:  # transformers 5 ties lm_head to shared whatever the config says (it only drops the rescale)
+        hf.lm_head.weight = torch.nn.Parameter(hf.lm_head.weight.detach().clone())
     ours = T5(ModelConfig(**kw, feed_forward_proj=feed_forward_proj, tie_word_embeddings=tied))
     ours.load_state_dict(_hf_to_ours(hf.state_dict(), tied), strict=True)
     return hf, ours.eval()
@@ -217,6 +219,28 @@ def test_loss_sums_equals_cross_entropy_of_forward():
     assert torch.allclose(loss, (ce * batch["decoder_loss_weights"]).sum(), rtol=1e-5)
     loss.backward()
     assert model.shared.weight.grad is not None and model.encoder.relative_attention_bias.weight.grad is not None
+
+
+@pytest.mark.parametrize("ff,tied", [("relu", True), ("gated-gelu", False)])
+def test_gradients_match_transformers_with_one_embedding_lookup(ff, tied):
+    """Every parameter's gradient of the training loss is transformers' on the same weights, and the encoder's
+    and decoder's tokens are looked up in one call (``T5._embed``: one dense table gradient, not one per stack
+    summed)."""
+    hf, ours = hf_pair(ff, tied)
+    batch = padded_batch(4, input_length=13, target_length=6, padded_row=1, padded_from=3)
+    lookups = []
+    ours.shared.register_forward_hook(lambda module, args, out: lookups.append(args[0].shape))
+    ours.loss_sums(batch)[0].backward()
+    enc, dec, targets = (batch[k] for k in ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens"))
+    logits = hf(input_ids=enc, attention_mask=torch.ones_like(enc), decoder_input_ids=dec).logits
+    ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    (ce * batch["decoder_loss_weights"]).sum().backward()
+    assert lookups == [torch.Size([2 * 13 + 2 * 6])]
+    hf_grads = _hf_to_ours({name: p.grad for name, p in hf.named_parameters()}, tied)
+    ours_grads = {name: p.grad for name, p in ours.named_parameters()}
+    assert ours_grads.keys() == hf_grads.keys()
+    for name, grad in ours_grads.items():
+        assert rel_diff(grad, hf_grads[name]) < 1e-4, name
 
 
 def test_z_loss_adds_t5s_log_z_squared_to_each_target_and_its_gradient():
