@@ -185,9 +185,20 @@ def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64
                   cuda_graph=cuda_graph)
 
 
+_BLOCK = 128  # logits in each block ``_greedy_choice`` searches
+
+
 def _greedy_choice(logits: torch.Tensor) -> torch.Tensor:
-    """The most likely token per row (the first on ties, like argmax; max's kernel is ~3x faster on CPU)."""
-    return logits.max(-1).indices
+    """The most likely token of each row of ``logits`` [B, V], the first on ties (as argmax). On the CPU, where
+    a reduction with indices is a scalar loop (``max(-1)``: 1.1 ms for [32, 32128] on two threads), the block of
+    128 logits holding the row's maximum is found first by the vectorized ``amax`` (the first such block), then
+    the index within it: 0.27 ms, the same index (NaN counts as the maximum in both, as in ``max``)."""
+    B, V = logits.shape
+    if logits.device.type != "cpu" or V % _BLOCK:
+        return logits.max(-1).indices
+    blocks = logits.reshape(B, V // _BLOCK, _BLOCK)
+    block = blocks.amax(-1).max(-1).indices
+    return block * _BLOCK + blocks[torch.arange(B), block].max(-1).indices
 
 
 @torch.no_grad()

@@ -45,11 +45,22 @@ def test_greedy_matches_transformers(ff, tied, seed, boost):
     assert (got == 1).any(), "test should exercise EOS"
 
 
-def test_greedy_choice_is_argmax_first_index_on_ties():
-    logits = torch.randn(16, 1000).round()  # many exact ties below the top
-    logits[:, 10] = logits[:, 20] = 99.0
-    assert torch.equal(decoding._greedy_choice(logits), logits.argmax(-1))
-    assert (decoding._greedy_choice(logits) == 10).all()
+@pytest.mark.parametrize("vocab", [1000, 32128])  # 32128 = 251 blocks of 128: the CPU's block search
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_choice_is_argmax_first_index_on_ties(vocab, dtype):
+    logits = torch.randn(16, vocab, generator=torch.Generator().manual_seed(0)).round()  # many exact ties
+    logits[:, 10] = logits[:, 20] = 99.0                # ties in one block
+    logits[1:3, 10] = logits[1:3, 20] = 0.0
+    logits[1, 600] = logits[1, 300] = 99.0              # ties in different blocks: the first block's
+    logits[2, 131] = logits[2, 129] = 99.0              # the first within a later block
+    logits[3, :] = float("-inf")
+    logits[4, 700] = float("nan"); logits[4, 900] = float("nan")  # NaN is the maximum, as in max and argmax
+    logits[5, 600] = float("inf")
+    logits[6, 10] = logits[6, 20] = 0.0; logits[6, vocab - 1] = 99.0
+    logits = logits.to(dtype)
+    expected = torch.tensor([10, 300, 129, 0, 700, 600, vocab - 1] + [10] * 9)
+    assert torch.equal(logits.argmax(-1), expected)  # the reference itself, on the planted rows
+    assert torch.equal(decoding._greedy_choice(logits), expected)
 
 
 def test_greedy_stops_early_and_pads_after_eos():
