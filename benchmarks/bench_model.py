@@ -252,8 +252,8 @@ def decoding_floor_s(B: int, S: int, N: int, gflops: float, gbps: float, cfg: di
     return encoder + N * step
 
 
-PRODUCTS = ("onednn_linear", "linear_without_grad", "_linear_pointwise", "aten.bmm", "aten.mm", "aten.addmm",
-            "scaled_dot_product")
+PRODUCTS = ("onednn_linear", "linear_without_grad", "_linear_pointwise", "_mkl_linear", "aten.bmm", "aten.mm",
+            "aten.addmm", "scaled_dot_product")
 
 
 def op_breakdown(fn) -> dict:
@@ -393,6 +393,7 @@ def machine(args, malloc: str) -> dict:
                                  "transformers": transformers.__version__},
                      "optimizer": args.optimizer, "precision": args.precision, "malloc": malloc,
                      "plain_weights": "onednn" if kernels.ONEDNN_UNPACKED else "mkl",
+                     "packed_weights": "mkl" if kernels.PACKED_BY_MKL else "onednn",
                      "matmul_gflops": matmul_gflops(args.precision), "read_gbps": read_gbps()}
     print(f"{args.precision} matmul (2048³), {torch.get_num_threads()} threads: "
           + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in results["matmul_gflops"].items())

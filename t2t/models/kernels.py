@@ -5,15 +5,15 @@ On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its C
 matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
 products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
 ``grad.T @ x`` (the weight gradient), where that was measured to pay: on AMD CPUs with AVX-512 (Zen 4: about
-twice MKL's rate), and on other CPUs only in decoding steps, by packed weights (``ONEDNN_UNPACKED``). Both are
-IEEE fp32 kernels (no reduced-precision accumulation), so results agree with ``F.linear`` to rounding. The path
-is taken for fp32 CPU tensors with autocast off, eager and compiled alike: the products are the custom ops
+twice MKL's rate; ``ONEDNN_UNPACKED``). All are IEEE fp32 kernels (no reduced-precision accumulation), so
+results agree with ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager
+and compiled alike: the products are the custom ops
 ``t2t::onednn_linear`` and, for products by packed weights in compiled code (below),
 ``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile`` keeps as opaque
 calls and fuses the element-wise work around (inductor has no lowering of its own for the oneDNN op).
 Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps, eager and compiled, run
-inside ``packed_weights``, where each weight is reordered into oneDNN's own layout once rather than on every
-product.
+inside ``packed_weights``, where each weight is packed once into the layout of MKL's packed GEMM (Intel CPUs
+with AVX-512, ``PACKED_BY_MKL``) or oneDNN's (elsewhere) rather than reordered inside every product.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
@@ -57,6 +57,7 @@ from t2t.errors import T2TError
 log = logging.getLogger(__name__)
 
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+HAS_MKL_PACKING = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
 
@@ -67,8 +68,8 @@ def onednn_for_plain_weights(capability: str, cpu_description: str) -> bool:
     CPUs with AVX-512 (Zen 4: about twice MKL's rate). On AVX2 CPUs MKL is the faster (AMD Zen 3: a t5-small
     training step 6-17% faster, eager and compiled; the encoder 3-9%), and on Intel CPUs with AVX-512 too (a
     Xeon with AMX: MKL 1.2-1.8× oneDNN's rate on t5-small's weight gradients, 1.0-1.25× on its other
-    products; training steps 7-12% faster). oneDNN's products by packed weights still win in decoding steps
-    on all of them (at 32 rows 1.3-2.8× MKL's rate)."""
+    products; training steps 7-12% faster). Products by packed weights (decoding steps) beat MKL's plain ones
+    on all of them (oneDNN's at 32 rows 1.3-2.8× MKL's plain rate)."""
     return capability == "AVX512" and "AuthenticAMD" in cpu_description
 
 
@@ -87,6 +88,20 @@ def _cpu_description() -> str:
 ONEDNN_UNPACKED = onednn_for_plain_weights(torch.backends.cpu.get_cpu_capability(), _cpu_description())
 
 
+def mkl_for_packed_weights(capability: str, cpu_description: str) -> bool:
+    """Whether MKL's packed GEMM, not oneDNN's, should multiply by packed weights (``packed_weights``): on Intel
+    CPUs with AVX-512. On a Xeon with AMX, in greedy decoding of t5-small (32 × 128→32, fp32, 2 threads) the
+    steps' products took 7-12% less time in three runs (0.62 against 0.70 s a call), with the same tokens and
+    the same resident memory. Elsewhere oneDNN's, as measured on AMD CPUs (where MKL's plain products are slower
+    than oneDNN's packed ones; its packed ones were not measured there)."""
+    return capability == "AVX512" and "GenuineIntel" in cpu_description
+
+
+#: Whether products by packed weights run on MKL's packed GEMM on this machine (``mkl_for_packed_weights``).
+PACKED_BY_MKL = CAN_PACK and HAS_MKL_PACKING and mkl_for_packed_weights(torch.backends.cpu.get_cpu_capability(),
+                                                                        _cpu_description())
+
+
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN's linear kernel; ``weight`` plain (any strides) or packed (``packed_weights``)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
@@ -101,17 +116,17 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def _product_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` for products autograd does not record: inside ``packed_weights`` by oneDNN and the
-    weight's packed copy, else by this CPU's faster kernel for plain weights."""
+    """``x @ weight.T`` for products autograd does not record: inside ``packed_weights`` by the weight's packed
+    copy, else by this CPU's faster kernel for plain weights."""
     if _packed is not None and x.numel():
-        return _onednn_product(x, _packed_weight(weight, x))
+        return _by_packed_weight(x, weight)
     return _by_plain_weight(x, weight)
 
 
 # ``t2t::linear_without_grad``: ``_product_without_grad`` as an opaque op for compiled code. The packed copy is
-# looked up inside it, so that compiled decoding steps multiply by packed weights too (a graph cannot take
-# oneDNN's packed tensors as inputs). It is never differentiated, so it is a plain library op: ``custom_op``'s
-# Python wrapper cost about 30 µs of each call (37 calls a t5-small decoding step), this one's about 6.
+# looked up inside it, so that compiled decoding steps multiply by packed weights too (a graph cannot take the
+# kernels' opaque packed tensors as inputs). It is never differentiated, so it is a plain library op:
+# ``custom_op``'s Python wrapper cost about 30 µs of each call (37 calls a t5-small decoding step), this one's 6.
 _LIBRARY = torch.library.Library("t2t", "FRAGMENT")
 _LIBRARY.define("linear_without_grad(Tensor x, Tensor weight) -> Tensor")
 _LIBRARY.impl("linear_without_grad", _product_without_grad, "CPU")
@@ -201,12 +216,12 @@ _packed: WeakIdKeyDictionary | None = None
 
 @contextlib.contextmanager
 def packed_weights(store: WeakIdKeyDictionary):
-    """Inside, without autograd, ``linear`` multiplies fp32 CPU inputs by copies of the weights in oneDNN's
-    blocked layout, kept in ``store`` (made on first use, remade after an in-place change), instead of
-    having oneDNN reorder the weight inside every product. The decoding steps run in it with their decoding
-    cache's store, so each weight is reordered once per decoding call rather than once per token, for memory
-    the size of the weights the steps use (greedy t5-small 32 × 128→32: 8-10% faster, the same tokens, a
-    peak 17% higher). ``T2T_UNPACKED_WEIGHTS=1`` in the environment turns it off."""
+    """Inside, without autograd, ``linear`` multiplies fp32 CPU inputs by copies of the weights packed for
+    MKL's or oneDNN's GEMM (``PACKED_BY_MKL``), kept in ``store`` (made on first use, remade after an in-place
+    change), instead of having the kernel reorder the weight inside every product. The decoding steps run in it
+    with their decoding cache's store, so each weight is packed once per decoding call rather than once per
+    token, for memory the size of the weights the steps use (greedy t5-small 32 × 128→32: 8-10% faster than
+    unpacked, the same tokens, a peak 17% higher). ``T2T_UNPACKED_WEIGHTS=1`` in the environment turns it off."""
     global _packed
     use = CAN_PACK and os.environ.get(UNPACKED_OPT_OUT) != "1"
     outer, _packed = _packed, (store if use else None)
@@ -216,13 +231,19 @@ def packed_weights(store: WeakIdKeyDictionary):
         _packed = outer
 
 
-def _packed_weight(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``weight`` in oneDNN's layout, packed for the rows of its first input and again after any change."""
-    version, packed = _packed.get(weight, (None, None))
-    if version != weight._version:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, x.numel() // x.shape[-1])
-        _packed[weight] = weight._version, packed
-    return packed
+def _by_packed_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` by ``weight``'s packed copy for the rows of ``x`` in the innermost ``packed_weights``
+    store (made on first use, and again after an in-place change), on MKL's packed GEMM or oneDNN's
+    (``PACKED_BY_MKL``)."""
+    rows = x.numel() // x.shape[-1]
+    packed_for, packed = _packed.get(weight, (None, None))
+    if packed_for != (weight._version, rows):
+        pack = torch.ops.mkl._mkl_reorder_linear_weight if PACKED_BY_MKL else torch.ops.mkldnn._reorder_linear_weight
+        packed = pack(weight, rows)
+        _packed[weight] = (weight._version, rows), packed
+    if PACKED_BY_MKL:
+        return torch.ops.mkl._mkl_linear(x, packed, weight, None, rows)
+    return _onednn_product(x, packed)
 
 
 class Linear(nn.Linear):

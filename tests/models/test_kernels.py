@@ -19,6 +19,15 @@ def onednn_unpacked(monkeypatch):
     monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", True)
 
 
+@pytest.fixture(params=["onednn", "mkl"])
+def packed_kernel(request, monkeypatch):
+    """Products by packed weights on oneDNN's GEMM (as on AMD CPUs) or MKL's (as on Intel CPUs with AVX-512)."""
+    if request.param == "mkl" and not kernels.HAS_MKL_PACKING:
+        pytest.skip("this torch build has no MKL packed GEMM")
+    monkeypatch.setattr(kernels, "PACKED_BY_MKL", request.param == "mkl")
+    return request.param
+
+
 def _grads(fn, x, w, grad_out):
     x = x.clone().requires_grad_(True)
     w = w.clone().requires_grad_(True)
@@ -79,11 +88,11 @@ def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_unpacke
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_where_mkl_is_faster_only_products_by_packed_weights_take_onednn(monkeypatch):
+def test_where_mkl_is_faster_only_products_by_packed_weights_leave_f_linear(monkeypatch, packed_kernel):
     monkeypatch.setattr(kernels, "ONEDNN_UNPACKED", False)  # as on AVX2 and Intel CPUs, where MKL is faster
     products = []
-    onednn = kernels._onednn_product
-    monkeypatch.setattr(kernels, "_onednn_product", lambda x, w: products.append(w) or onednn(x, w))
+    by_packed = kernels._by_packed_weight
+    monkeypatch.setattr(kernels, "_by_packed_weight", lambda x, w: products.append(w) or by_packed(x, w))
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(6, 8)
     y = kernels.linear(x, w)
     y.sum().backward()
@@ -92,7 +101,7 @@ def test_where_mkl_is_faster_only_products_by_packed_weights_take_onednn(monkeyp
         assert not products and not _takes_onednn(y)  # training, its gradients and plain inference: F.linear
         with kernels.packed_weights(store := WeakIdKeyDictionary()):
             torch.testing.assert_close(kernels.linear(x, w), y)
-    assert len(products) == len(store) == 1  # a decoding step's product: oneDNN by the packed weight
+    assert len(products) == len(store) == 1  # a decoding step's product: by the packed weight
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
@@ -122,6 +131,17 @@ def test_compiled_code_without_autograd_keeps_opaque_ops_for_packed_products_alo
 ])
 def test_plain_weights_take_onednn_on_amd_cpus_with_avx512_only(capability, cpu, onednn):
     assert kernels.onednn_for_plain_weights(capability, cpu) is onednn
+
+
+@pytest.mark.parametrize("capability, cpu, mkl", [
+    ("AVX512", "vendor_id\t: GenuineIntel\ncpu family\t: 6", True),  # Xeon: the steps' products 7-12% faster
+    ("AVX512", "Intel64 Family 6 Model 143 Stepping 8, GenuineIntel", True),  # Windows' platform.processor()
+    ("AVX2", "vendor_id\t: GenuineIntel\ncpu family\t: 6", False),  # not measured: oneDNN's, as before
+    ("AVX512", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", False),  # Zen 4
+    ("AVX2", "vendor_id\t: AuthenticAMD\ncpu family\t: 25", False),  # Zen 3
+])
+def test_packed_weights_take_mkl_on_intel_cpus_with_avx512_only(capability, cpu, mkl):
+    assert kernels.mkl_for_packed_weights(capability, cpu) is mkl
 
 
 def test_linear_module_keeps_nn_linear_parameters():
@@ -349,7 +369,7 @@ def _rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_packed_weights_give_the_product_and_follow_in_place_changes(onednn_unpacked):
+def test_packed_weights_give_the_product_and_follow_in_place_changes(onednn_unpacked, packed_kernel):
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(5, 7, 64, generator=g), torch.randn(48, 64, generator=g)
     exact = lambda: x.double() @ w.double().T  # noqa: E731
@@ -361,6 +381,9 @@ def test_packed_weights_give_the_product_and_follow_in_place_changes(onednn_unpa
         w.mul_(-2)  # an in-place change must not leave the old packed copy in use
         y = kernels.linear(x, w)
         assert ((y.double() - exact()).abs() <= _rounding_bound(x, w)).all()
+        x = x[:2]  # other rows (a copy packed for them)
+        y = kernels.linear(x, w)
+        assert ((y.double() - exact()).abs() <= _rounding_bound(x, w)).all()
     assert kernels._packed is None  # outside, nothing is packed
     with kernels.packed_weights(store := WeakIdKeyDictionary()):  # with autograd on, nothing is packed either
         assert _takes_onednn(kernels.linear(x.requires_grad_(True), w))
@@ -368,7 +391,7 @@ def test_packed_weights_give_the_product_and_follow_in_place_changes(onednn_unpa
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_eager_products_without_autograd_run_the_kernel_without_the_custom_ops_dispatch():
+def test_eager_products_without_autograd_run_the_kernel_without_the_custom_ops_dispatch(packed_kernel):
     """The custom op is for compiled code (which must not look inside for the packed copy); dispatching it in
     eager code cost about 50 µs a product, 37 products a t5-small decoding step."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -381,11 +404,12 @@ def test_eager_products_without_autograd_run_the_kernel_without_the_custom_ops_d
     x, w, called = torch.randn(4, 8), torch.randn(6, 8), []
     with torch.no_grad(), kernels.packed_weights(WeakIdKeyDictionary()), Ops():
         kernels.linear(x, w)
-    assert any("_linear_pointwise" in op for op in called) and not any("t2t" in op for op in called), called
+    kernel = "_mkl_linear" if packed_kernel == "mkl" else "_linear_pointwise"
+    assert any(kernel in op for op in called) and not any("t2t" in op for op in called), called
 
 
 @pytest.mark.skipif(not kernels.CAN_PACK, reason="this torch build cannot pack weights for oneDNN")
-def test_decoding_steps_pack_the_weights_and_give_the_unpacked_tokens(monkeypatch):
+def test_decoding_steps_pack_the_weights_and_give_the_unpacked_tokens(monkeypatch, packed_kernel):
     from t2t.models.t5 import T5, ModelConfig
 
     torch.manual_seed(0)
