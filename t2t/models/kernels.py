@@ -92,8 +92,9 @@ def mkl_for_packed_weights(capability: str, cpu_description: str) -> bool:
     """Whether MKL's packed GEMM, not oneDNN's, should multiply by packed weights (``packed_weights``): on Intel
     CPUs with AVX-512. On a Xeon with AMX, in greedy decoding of t5-small (32 × 128→32, fp32, 2 threads) the
     steps' products took 0-12% less time in five same-process comparisons (0.62 against 0.70 s a call at
-    best), whole calls 1.02-1.08× as fast, with the same tokens and the same peak memory. Elsewhere oneDNN's, as measured on AMD CPUs (where MKL's plain products are slower
-    than oneDNN's packed ones; its packed ones were not measured there)."""
+    best), whole calls 1.02-1.08× as fast, with the same tokens and the same peak memory. Elsewhere oneDNN's,
+    as measured on AMD CPUs (where MKL's plain products are slower than oneDNN's packed ones; its packed ones
+    were not measured there)."""
     return capability == "AVX512" and "GenuineIntel" in cpu_description
 
 
