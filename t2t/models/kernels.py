@@ -202,7 +202,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() or _packed is None:
         return _by_plain_weight(x, weight)
     # inside ``packed_weights`` (dynamo guards on it, so a compiled graph is made for one case or the other).
-    # Eager calls skip the custom op's dispatch: about 50 µs a call, 37 calls in a 45 ms t5-small decoding step
+    # Eager calls skip the op's dispatch (a few µs a call; 50 when it was a ``custom_op``), 37 calls a decoding step
     return linear_without_grad(x, weight) if torch.compiler.is_compiling() else _product_without_grad(x, weight)
 
 
