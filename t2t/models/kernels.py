@@ -13,7 +13,8 @@ and compiled alike: the products are the custom ops
 calls and fuses the element-wise work around (inductor has no lowering of its own for the oneDNN op).
 Everything else (CUDA, bf16, meta tensors) is plain ``F.linear``. Decoding steps, eager and compiled, run
 inside ``packed_weights``, where each weight is packed once into the layout of MKL's packed GEMM (Intel CPUs
-with AVX-512, ``PACKED_BY_MKL``) or oneDNN's (elsewhere) rather than reordered inside every product.
+with AVX-512, ``PACKED_BY_MKL``) or oneDNN's (elsewhere) rather than reordered inside every product; so are
+the bf16 copies a compiled step multiplies by under autocast, which it would otherwise cast at every step.
 
 ``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
 CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 HAS_MKL_PACKING = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+PACKS_BF16 = CAN_PACK and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
 
 
@@ -121,7 +123,7 @@ def _product_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor
     copy, else by this CPU's faster kernel for plain weights."""
     if _packed is not None and x.numel():
         return _by_packed_weight(x, weight)
-    return _by_plain_weight(x, weight)
+    return _by_plain_weight(x, weight.to(x.dtype))
 
 
 # ``t2t::linear_without_grad``: ``_product_without_grad`` as an opaque op for compiled code. The packed copy is
@@ -197,13 +199,29 @@ def many_graphs(compiled: bool = True) -> contextlib.AbstractContextManager:
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` without bias, on the faster kernel where there is one (see the module doc)."""
-    if not _use_onednn(x, weight):
-        return F.linear(x, weight)
-    if torch.is_grad_enabled() or _packed is None:
-        return _by_plain_weight(x, weight)
-    # inside ``packed_weights`` (dynamo guards on it, so a compiled graph is made for one case or the other).
-    # Eager calls skip the op's dispatch (a few µs a call; 50 when it was a ``custom_op``), 37 calls a decoding step
-    return linear_without_grad(x, weight) if torch.compiler.is_compiling() else _product_without_grad(x, weight)
+    dtype = _packed_product_dtype(x, weight)
+    if dtype is not None:  # a decoding step's product (dynamo guards on ``_packed``: a graph for either case)
+        # Eager calls skip the op's dispatch (a few µs a call; 50 when it was a ``custom_op``), 37 calls a step
+        x = x.to(dtype)
+        return linear_without_grad(x, weight) if torch.compiler.is_compiling() else _product_without_grad(x, weight)
+    return _by_plain_weight(x, weight) if _use_onednn(x, weight) else F.linear(x, weight)
+
+
+def _packed_product_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype in which ``linear`` multiplies ``x`` by ``weight``'s packed copy (``packed_weights``), or None
+    where the product is not by a packed copy (autograd on, outside ``packed_weights``, other devices, dtypes).
+
+    fp32; and bf16 under the CPU's bf16 autocast in compiled code, where oneDNN has bf16 kernels
+    (``PACKS_BF16``): a compiled decoding step computes autocast's casts of the weights at every call (there is
+    no cache of cast weights inside a graph), which in greedy decoding of t5-small on a Xeon with AMX took more
+    time than the products themselves. Eager steps keep autocast's cache of cast weights, as fast as packed
+    bf16 copies (the products by either took the same time; whole calls were 4% faster with the cache)."""
+    if _packed is None or torch.is_grad_enabled() or x.device.type != "cpu":
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        bf16 = PACKS_BF16 and torch.compiler.is_compiling() and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        return torch.bfloat16 if bf16 and weight.dtype in (torch.float32, torch.bfloat16) else None
+    return torch.float32 if x.dtype == weight.dtype == torch.float32 else None
 
 
 def _by_plain_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -211,7 +229,8 @@ def _by_plain_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return onednn_linear(x, weight) if ONEDNN_UNPACKED else F.linear(x, weight)
 
 
-# weight -> (its version when packed, the packed copy), the store of the innermost ``packed_weights``
+# weight -> ((its version, the rows and dtype it was packed for), the packed copy): the innermost
+# ``packed_weights``' store
 _packed: WeakIdKeyDictionary | None = None
 
 
@@ -219,7 +238,8 @@ _packed: WeakIdKeyDictionary | None = None
 def packed_weights(store: WeakIdKeyDictionary):
     """Inside, without autograd, ``linear`` multiplies fp32 CPU inputs by copies of the weights packed for
     MKL's or oneDNN's GEMM (``PACKED_BY_MKL``), kept in ``store`` (made on first use, remade after an in-place
-    change), instead of having the kernel reorder the weight inside every product. The decoding steps run in it
+    change), instead of having the kernel reorder the weight inside every product; compiled code under bf16
+    autocast multiplies by bf16 copies packed for oneDNN (``_packed_product_dtype``). The decoding steps run in it
     with their decoding cache's store, so each weight is packed once per decoding call rather than once per
     token, for memory the size of the weights the steps use (greedy t5-small 32 × 128→32: 8-10% faster than
     unpacked, the same tokens, a peak 17% higher). ``T2T_UNPACKED_WEIGHTS=1`` in the environment turns it off."""
@@ -233,16 +253,16 @@ def packed_weights(store: WeakIdKeyDictionary):
 
 
 def _by_packed_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` by ``weight``'s packed copy for the rows of ``x`` in the innermost ``packed_weights``
-    store (made on first use, and again after an in-place change), on MKL's packed GEMM or oneDNN's
-    (``PACKED_BY_MKL``)."""
-    rows = x.numel() // x.shape[-1]
+    """``x @ weight.T`` by ``weight``'s packed copy for the rows and dtype of ``x`` in the innermost
+    ``packed_weights`` store (made on first use, and again after an in-place change), on MKL's packed GEMM or
+    oneDNN's (``PACKED_BY_MKL``; bf16: oneDNN's)."""
+    rows, by_mkl = x.numel() // x.shape[-1], PACKED_BY_MKL and x.dtype == torch.float32
     packed_for, packed = _packed.get(weight, (None, None))
-    if packed_for != (weight._version, rows):
-        pack = torch.ops.mkl._mkl_reorder_linear_weight if PACKED_BY_MKL else torch.ops.mkldnn._reorder_linear_weight
-        packed = pack(weight, rows)
-        _packed[weight] = (weight._version, rows), packed
-    if PACKED_BY_MKL:
+    if packed_for != (weight._version, rows, x.dtype):
+        pack = torch.ops.mkl._mkl_reorder_linear_weight if by_mkl else torch.ops.mkldnn._reorder_linear_weight
+        packed = pack(weight.to(x.dtype), rows)
+        _packed[weight] = (weight._version, rows, x.dtype), packed
+    if by_mkl:
         return torch.ops.mkl._mkl_linear(x, packed, weight, None, rows)
     return _onednn_product(x, packed)
 

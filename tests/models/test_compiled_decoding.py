@@ -40,6 +40,26 @@ def test_compiled_steps_give_the_eager_logits_at_every_position(architecture):
         assert packed["compiled"] == packed["eager"] > 0
 
 
+@pytest.mark.skipif(DEVICE != "cpu" or not kernels.PACKS_BF16, reason="bf16 packed copies are made on CPUs with bf16")
+def test_compiled_bf16_steps_multiply_by_bf16_copies_packed_once_and_give_the_eager_logits():
+    """Under bf16 autocast the compiled step multiplies by bf16 copies of the weights packed once per call, not
+    by weights cast at every step; the eager step keeps autocast's cache of cast weights. The two differ by
+    bf16 roundings (attention is SDPA's kernel in eager code on AMX, fused element-wise work rounds less): a
+    few bf16 units of the logits, where a wrong or stale weight moves them by their whole scale."""
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    x, fed = inputs(), torch.randint(3, 96, (3, 6), generator=torch.Generator().manual_seed(3))
+    logits, copies = {}, {}
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for kind, step in {"eager": decoding_step(model), "compiled": decoding_step(model, compile=True)}.items():
+            cache, _ = model.begin_decoding(x, fed.shape[1] + 1)
+            logits[kind] = torch.stack([step(fed[:, t], cache) for t in range(fed.shape[1])]).float()
+            copies[kind] = {packed.dtype for _, packed in cache.packed_weights.values()}
+    assert copies == {"eager": set(), "compiled": {torch.bfloat16}}
+    scale = logits["eager"].abs().max()
+    torch.testing.assert_close(logits["compiled"], logits["eager"], rtol=0, atol=2.0 ** -5 * scale)
+
+
 @pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only"])
 def test_compiled_greedy_and_beam_search_give_the_eager_tokens(architecture):
     torch.manual_seed(0)

@@ -337,6 +337,38 @@ def test_with_amx_bf16_attention_of_one_query_takes_sdpa(dtype, by_sdpa, one_que
     assert len(one_query_calls) == (0 if by_sdpa else 1)
 
 
+def _bf16_product_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """How far a bf16 product of ``x`` and ``w`` (operands rounded to bf16, fp32 sums in any order, the result
+    rounded to bf16) can be from the exact product of the rounded operands: γ_K · (|x| @ |w|.T) for the sums,
+    then the result's rounding, u = 2^-8 of it."""
+    x, w = x.bfloat16().double(), w.bfloat16().double()
+    K, u32, u = x.shape[-1], 2.0 ** -24, 2.0 ** -8
+    sums = K * u32 / (1 - K * u32) * (x.abs() @ w.abs().T)
+    return sums + u * ((x @ w.T).abs() + sums)
+
+
+@pytest.mark.skipif(not kernels.PACKS_BF16, reason="this CPU or torch build has no oneDNN bf16 kernels")
+def test_compiled_bf16_products_multiply_by_packed_copies_not_by_weights_cast_in_the_graph():
+    """Under bf16 autocast a compiled decoding step would cast every weight at every call (a graph has no cache
+    of cast weights); inside ``packed_weights`` it multiplies by bf16 copies packed once per store, giving
+    autocast's product (bf16 operands, fp32 sums, a bf16 result); eager code keeps autocast's own product."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 64, generator=g), torch.randn(48, 64, generator=g)
+    product = lambda x: kernels.linear(x, w)  # noqa: E731
+    store = WeakIdKeyDictionary()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), kernels.packed_weights(store):
+        eager = product(x)
+        assert len(store) == 0  # eager: autocast's product, its cache of cast weights
+        ops = _compiled_ops(product, x)
+        compiled = torch.compile(product, fullgraph=True, dynamic=False)(x)
+    assert "t2t.linear_without_grad.default" in ops and not [op for op in ops if "linear" in op and "t2t" not in op]
+    (_, packed), = store.values()
+    assert packed.dtype == compiled.dtype == eager.dtype == torch.bfloat16
+    exact = x.bfloat16().double() @ w.bfloat16().double().T
+    for y in (compiled, eager):
+        assert ((y.double() - exact).abs() <= _bf16_product_bound(x, w)).all()
+
+
 def _saved_dtypes(fn, x: torch.Tensor) -> list[torch.dtype]:
     """The dtypes of the tensors ``fn`` saves for its backward pass."""
     dtypes = []
