@@ -442,14 +442,16 @@ def _scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torc
     return scores if bias is None else scores + bias
 
 
-#: Whether SDPA takes bf16 attention of one query on this CPU: where AMX runs its kernel (a Xeon, one query over
-#: 32 × 8 × 128 keys: 629 against 792 µs by ``_single_query_attention``; over 512 keys 1.6 against 2.9 ms).
-#: Elsewhere, and in fp32 everywhere, the two matrix-vector products are the faster.
+#: Whether SDPA takes bf16 attention of one query in eager code on this CPU: where AMX runs its kernel (a Xeon,
+#: one query over 32 × 8 × 128 keys: 629 against 792 µs by ``_single_query_attention``; over 512 keys 1.6
+#: against 2.9 ms). Elsewhere, in fp32 everywhere and in compiled code, the two matrix-vector products are the
+#: faster (compiled greedy decoding of t5-small in bf16 on that Xeon: SDPA's calls 7.0-8.4 ms a step, inductor's
+#: kernels for the products and softmax 6.4-6.6; whole calls 1.08× and 1.09× faster, 8 of 10 and 15 of 16).
 ONE_QUERY_BF16_BY_SDPA = torch.cpu._is_amx_tile_supported()
 
 
 def _one_query_by_sdpa(q: torch.Tensor) -> bool:
-    return q.dtype == torch.bfloat16 and ONE_QUERY_BF16_BY_SDPA
+    return q.dtype == torch.bfloat16 and ONE_QUERY_BF16_BY_SDPA and not torch.compiler.is_compiling()
 
 
 def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
