@@ -461,8 +461,9 @@ def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Attention of one query per row (a decoding step) as two matrix-vector products, the softmax in fp32.
     On the CPU, SDPA's blocked kernel is slower for one query: greedy decoding of t5-small at 32 × 128→32
     took 1.77 s with it against 1.35 s this way in bf16 (Zen 4, one thread), and 2.16 against 2.11 s in fp32
-    (one query over 32 × 8 × 128 keys on a Xeon: 659 against 928 µs); bf16 on AMX excepted
-    (``ONE_QUERY_BF16_BY_SDPA``)."""
+    (one query over 32 × 8 × 128 keys on a Xeon: 659 against 928 µs); bf16 on AMX in eager code excepted
+    (``ONE_QUERY_BF16_BY_SDPA``). In bf16 the scores are rounded to bf16 before the softmax, as autocast's
+    matmul rounds them (and transformers' eager attention); SDPA's kernel keeps them in fp32."""
     return _scores(q, k, bias).softmax(-1, dtype=torch.float32).to(v.dtype) @ v
 
 
