@@ -444,16 +444,17 @@ def _scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torc
     return scores if bias is None else scores + bias
 
 
-#: Whether SDPA takes bf16 attention of one query in eager code on this CPU: where AMX runs its kernel (a Xeon,
-#: one query over 32 × 8 × 128 keys: 629 against 792 µs by ``_single_query_attention``; over 512 keys 1.6
-#: against 2.9 ms). Elsewhere, in fp32 everywhere and in compiled code, the two matrix-vector products are the
-#: faster (compiled greedy decoding of t5-small in bf16 on that Xeon: SDPA's calls 7.0-8.4 ms a step, inductor's
-#: kernels for the products and softmax 6.4-6.6; whole calls 1.08× and 1.09× faster, 8 of 10 and 15 of 16).
+#: Whether SDPA takes bf16 attention of one query on this CPU: where AMX runs its kernel (a Xeon, one query over
+#: 32 × 8 × 128 keys: 629 against 792 µs by ``_single_query_attention``; over 512 keys 1.6 against 2.9 ms).
+#: Elsewhere, and in fp32 everywhere, the two matrix-vector products are the faster. Compiled code takes the
+#: same path as eager code: inductor's kernels for the two products beat SDPA in a compiled step on that Xeon
+#: (greedy t5-small bf16: 1.08-1.09× whole calls), but round the scores to bf16 where SDPA keeps them in fp32,
+#: and changed 1 of 64 STS-B predictions of a smoke-test model against eager decoding (0 of 64 with SDPA).
 ONE_QUERY_BF16_BY_SDPA = torch.cpu._is_amx_tile_supported()
 
 
 def _one_query_by_sdpa(q: torch.Tensor) -> bool:
-    return q.dtype == torch.bfloat16 and ONE_QUERY_BF16_BY_SDPA and not torch.compiler.is_compiling()
+    return q.dtype == torch.bfloat16 and ONE_QUERY_BF16_BY_SDPA
 
 
 def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -461,7 +462,7 @@ def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Attention of one query per row (a decoding step) as two matrix-vector products, the softmax in fp32.
     On the CPU, SDPA's blocked kernel is slower for one query: greedy decoding of t5-small at 32 × 128→32
     took 1.77 s with it against 1.35 s this way in bf16 (Zen 4, one thread), and 2.16 against 2.11 s in fp32
-    (one query over 32 × 8 × 128 keys on a Xeon: 659 against 928 µs); bf16 on AMX in eager code excepted
+    (one query over 32 × 8 × 128 keys on a Xeon: 659 against 928 µs); bf16 on AMX excepted
     (``ONE_QUERY_BF16_BY_SDPA``). In bf16 the scores are rounded to bf16 before the softmax, as autocast's
     matmul rounds them (and transformers' eager attention); SDPA's kernel keeps them in fp32."""
     return _scores(q, k, bias).softmax(-1, dtype=torch.float32).to(v.dtype) @ v

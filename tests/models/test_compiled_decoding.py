@@ -43,9 +43,9 @@ def test_compiled_steps_give_the_eager_logits_at_every_position(architecture):
 @pytest.mark.skipif(DEVICE != "cpu" or not kernels.PACKS_BF16, reason="bf16 packed copies are made on CPUs with bf16")
 def test_compiled_bf16_steps_multiply_by_bf16_copies_packed_once_and_give_the_eager_logits():
     """Under bf16 autocast the compiled step multiplies by bf16 copies of the weights packed once per call, not
-    by weights cast at every step; the eager step keeps autocast's cache of cast weights. The two differ by
-    bf16 roundings (attention is SDPA's kernel in eager code on AMX, fused element-wise work rounds less): a
-    few bf16 units of the logits, where a wrong or stale weight moves them by their whole scale."""
+    by weights cast at every step; the eager step keeps autocast's cache of cast weights. The two may differ by
+    bf16 roundings (fused element-wise work rounds less): a few bf16 units of the logits, where a wrong or
+    stale weight moves them by their whole scale."""
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
     x, fed = inputs(), torch.randint(3, 96, (3, 6), generator=torch.Generator().manual_seed(3))

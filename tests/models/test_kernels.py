@@ -337,21 +337,15 @@ def test_with_amx_bf16_attention_of_one_query_takes_sdpa(dtype, by_sdpa, one_que
     assert len(one_query_calls) == (0 if by_sdpa else 1)
 
 
-def test_compiled_bf16_attention_of_one_query_takes_the_two_products_even_with_amx(monkeypatch):
-    """In compiled code inductor computes one query's attention faster than SDPA's kernel, AMX or not."""
+def test_compiled_bf16_attention_of_one_query_takes_the_eager_path(monkeypatch):
+    """Compiled code computes one query's bf16 attention as eager code does (SDPA with AMX), so compiled and eager
+    decoding round alike: the faster products in a graph changed a prediction (``ONE_QUERY_BF16_BY_SDPA``)."""
     monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", True)  # as on a CPU with AMX
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(3, 4, 1, 16, generator=g).bfloat16()
-    k, v = (torch.randn(3, 4, 9, 16, generator=g).bfloat16() for _ in range(2))
-    bias = torch.randn(3, 1, 1, 9, generator=g).bfloat16()
-    bias[0, ..., 5:] = torch.finfo(torch.bfloat16).min  # masked keys
+    q, k, v = (torch.randn(2, 4, n, 16, generator=torch.Generator().manual_seed(n)).bfloat16() for n in (1, 9, 9))
+    bias = torch.zeros(2, 1, 1, 9, dtype=torch.bfloat16)
     attend = lambda q, k, v, bias: kernels.attention(q, k, v, bias, 0.0)  # noqa: E731
     ops = _compiled_ops(attend, q, k, v, bias)
-    assert not [op for op in ops if "scaled_dot_product" in op] and "<built-in function matmul>" in ops, ops
-    got = torch.compile(attend, fullgraph=True, dynamic=False)(q, k, v, bias)
-    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=bias.double(), scale=1.0)
-    error, bound = (got.double() - exact).abs(), _one_query_rounding_bound(q, k, v, bias, torch.bfloat16)
-    assert (error <= bound).all(), f"worst error/bound {(error / bound).max():.3f}"
+    assert [op for op in ops if "scaled_dot_product" in op] and "<built-in function matmul>" not in ops, ops
 
 
 def _bf16_product_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
