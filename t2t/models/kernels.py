@@ -218,12 +218,13 @@ def _packed_product_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype 
     time than the products themselves. Eager steps keep autocast's cache of cast weights: products by cached
     casts and by packed copies took the same time, and whole eager calls were 4% faster with the cache (faster
     in 16 of 20 alternations)."""
-    if _packed is None or torch.is_grad_enabled() or x.device.type != "cpu":
+    if _packed is None or torch.is_grad_enabled():
         return None
-    if torch.is_autocast_enabled("cpu"):
-        bf16 = PACKS_BF16 and torch.compiler.is_compiling() and torch.get_autocast_dtype("cpu") == torch.bfloat16
-        return torch.bfloat16 if bf16 and weight.dtype in (torch.float32, torch.bfloat16) else None
-    return torch.float32 if x.dtype == weight.dtype == torch.float32 else None
+    if _use_onednn(x, weight):  # fp32 on the CPU, autocast off
+        return torch.float32
+    bf16 = (PACKS_BF16 and torch.compiler.is_compiling() and x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == torch.bfloat16 and weight.dtype in (torch.float32, torch.bfloat16))
+    return torch.bfloat16 if bf16 else None
 
 
 def _by_plain_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
