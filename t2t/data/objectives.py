@@ -93,9 +93,11 @@ def random_spans_helper(inputs_length: int, noise_density: float, mean_noise_spa
     tokens_length = inputs_length - 1
     while lengths(tokens_length + 1)[0] <= inputs_length:
         tokens_length += 1
-    _, targets_length = lengths(tokens_length)
+    # t5 compares the targets with the inputs length of the chosen raw length, not the requested one: they
+    # differ when a span costs the inputs more than one token (e.g. (114, 0.5, 1.0, 2, 2) gives 113).
+    fitted_inputs_length, targets_length = lengths(tokens_length)
     # t5: at density 0.5 shave one token so the targets length equals the (round) inputs length.
-    if noise_density == 0.5 and targets_length > inputs_length:
+    if noise_density == 0.5 and targets_length > fitted_inputs_length:
         tokens_length -= 1
         targets_length -= 1
     return tokens_length, targets_length

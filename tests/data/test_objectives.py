@@ -40,12 +40,41 @@ T5_SPAN_LENGTHS = [
     # where t5's int(round(...)) differs from truncation: int(...) would give (71, 13) and (137, 31)
     ((64, 0.15, 5.0), (72, 14)),      # 72 * 0.15 = 10.8 noise tokens → 11 (truncated: 10)
     ((128, 0.15, 2.0), (138, 32)),    # 138 * 0.15 = 20.7 → 21 noise tokens, 21 / 2 = 10.5 → 10 spans
+    # two tokens per span in the inputs: t5 shaves at density 0.5 only when the targets outgrow the inputs
+    # length of the raw length it found (170 here), not the requested 114
+    ((114, 0.5, 1.0, 2, 2), (113, 169)),
 ]
 
 
 @pytest.mark.parametrize("args, lengths", T5_SPAN_LENGTHS)
 def test_random_spans_helper_matches_t5(args, lengths):
     assert ob.random_spans_helper(*args) == lengths
+
+
+def t5_random_spans_helper(inputs_length, noise_density, mean_noise_span_length, extra_inputs, extra_targets):
+    """t5.data.preprocessors.random_spans_helper restated from its definition: grow the raw length from
+    ``inputs_length - 1`` while the next one's inputs still fit, rebind the inputs length to the one found,
+    and at density 0.5 take one token off when the targets come out longer than those inputs."""
+    def inputs_and_targets(raw_length):
+        noise = int(round(raw_length * noise_density))
+        spans = int(round(noise / mean_noise_span_length))
+        return raw_length - noise + spans * extra_inputs + 1, noise + spans * extra_targets + 1
+
+    raw_length = inputs_length - 1
+    while inputs_and_targets(raw_length + 1)[0] <= inputs_length:
+        raw_length += 1
+    inputs_length, targets_length = inputs_and_targets(raw_length)
+    if noise_density == 0.5 and targets_length > inputs_length:
+        return raw_length - 1, targets_length - 1
+    return raw_length, targets_length
+
+
+@pytest.mark.parametrize("density, span", [(0.5, 1.0), (0.5, 3.0), (0.15, 3.0)])
+@pytest.mark.parametrize("extra_inputs, extra_targets", [(1, 1), (2, 2), (2, 1), (1, 2)])
+def test_random_spans_helper_matches_t5_over_every_length(density, span, extra_inputs, extra_targets):
+    for inputs_length in range(2, 2049):
+        args = (inputs_length, density, span, extra_inputs, extra_targets)
+        assert ob.random_spans_helper(*args) == t5_random_spans_helper(*args), args
 
 
 def test_random_spans_helper_gives_the_longest_raw_length_that_fits():
