@@ -94,7 +94,8 @@ def random_spans_helper(inputs_length: int, noise_density: float, mean_noise_spa
     while lengths(tokens_length + 1)[0] <= inputs_length:
         tokens_length += 1
     # t5 compares the targets with the inputs length of the chosen raw length, not the requested one: they
-    # differ when a span costs the inputs more than one token (e.g. (114, 0.5, 1.0, 2, 2) gives 113).
+    # differ when a span costs the inputs more than one token (at (114, 0.5, 1.0, 2, 2) the starting raw
+    # length 113 already needs 170 inputs, so t5 keeps (113, 169) rather than shaving to (112, 168)).
     fitted_inputs_length, targets_length = lengths(tokens_length)
     # t5: at density 0.5 shave one token so the targets length equals the (round) inputs length.
     if noise_density == 0.5 and targets_length > fitted_inputs_length:
