@@ -7,11 +7,14 @@ One task per GLUE config, named ``glue_<config>_v002``:
   STS-B uses ``t2t.preprocessors.stsb`` (score rounded to the nearest 0.2, one decimal);
 - targets: T5's label words (class id = position), ``<unk>`` for unlabeled test rows;
 - postprocess: label word → class id (-1 for anything else), STS-B text → float (-1.0 if not a number);
-- metrics as ``t5.data.glue_utils.GLUE_METRICS``; AX is test-only and has none.
+- metrics as ``t5.data.glue_utils.GLUE_METRICS``, and for AX (test only; t5 gives it none) GLUE's R3, the
+  three-class Matthews correlation GLUE's leaderboard scores the diagnostic with: reported when the labelled
+  ``diagnostic-full.tsv`` is read, while the unlabelled ``diagnostic.tsv`` and the hub's rows give predictions only.
 
 Short aliases: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli, ax (and mnli_matched, mnli_mismatched).
 Data: ``<data dir>/glue/<CoLA|SST-2|...>/*.tsv`` when present (``GlueSource``, ``read_glue_tsv``: the files of
-GLUE's download_glue_data.py read into the hub's rows), else the hub's ``nyu-mll/glue``.
+GLUE's download_glue_data.py read into the hub's rows; for AX ``glue/<diagnostic|AX>/diagnostic-full.tsv``, the
+labelled diagnostic with its annotation columns, before ``diagnostic.tsv``), else the hub's ``nyu-mll/glue``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ GLUE_FILES = {
     "ax": ("diagnostic", {"test": "diagnostic.tsv"}),
 }
 _AX_FOLDERS = ("diagnostic", "AX")
+# GLUE's labelled diagnostic: five annotation columns (Lexical Semantics, ..., Domain), Premise, Hypothesis, Label.
+AX_LABELLED_FILE = "diagnostic-full.tsv"
+_AX_LABELLED_COLUMNS = ({"premise": "Premise", "hypothesis": "Hypothesis"}, "Label")
 
 # config → {HF field: TSV column name}; the label column is named separately.
 _GLUE_COLUMNS = {
@@ -125,7 +131,8 @@ def _first_non_utf8_line(path: Path) -> int:
 
 
 def _glue_examples(reader, path: Path, config: str) -> Iterator[dict]:
-    fields, label_col = _GLUE_COLUMNS[config]
+    labelled_ax = config == "ax" and path.name == AX_LABELLED_FILE
+    fields, label_col = _AX_LABELLED_COLUMNS if labelled_ax else _GLUE_COLUMNS[config]
     labels = GLUE_LABELS[config]
     if config == "cola" and path.name != "test.tsv":
         header = list(_COLA_NO_HEADER)
@@ -180,13 +187,20 @@ class GlueSource(LocalOrHub):
     def __init__(self, config: str, hub_path: str = GLUE_HUB_ID, splits: Sequence[str] | None = None):
         if config not in GLUE_FILES:
             raise T2TError(f"unknown GLUE config {config!r}; use one of {', '.join(GLUE_FILES)}.")
-        folder, files = GLUE_FILES[config]
-        folders = _AX_FOLDERS if config == "ax" else (folder,)
-        super().__init__(f"GLUE {config}", HFDataset(hub_path, config),
-                         {split: [(f"glue/{f}/{name}",) for f in folders] for split, name in files.items()},
+        files = GLUE_FILES[config][1]
+        super().__init__(f"GLUE {config}", HFDataset(hub_path, config), glue_local_files(config),
                          functools.partial(read_glue_files, config=config),
                          splits=tuple(splits or files), sizes=GLUE_SIZES[config])  # a subset: WNLI's eval splits
         self.config = config
+
+
+def glue_local_files(config: str) -> dict[str, list[tuple[str]]]:
+    """Candidate files per split under the data dir, in the order tried: AX's labelled diagnostic comes
+    before the unlabelled one, so that it is scored whenever it is there."""
+    folder, files = GLUE_FILES[config]
+    if config != "ax":
+        return {split: [(f"glue/{folder}/{name}",)] for split, name in files.items()}
+    return {"test": [(f"glue/{f}/{name}",) for name in (AX_LABELLED_FILE, files["test"]) for f in _AX_FOLDERS]}
 
 
 # t5's GLUE_METRICS; CoLA's Matthews correlation is reported ×100 like every t2t metric.
@@ -202,7 +216,7 @@ GLUE_METRICS = {
     "qnli": (metrics.accuracy,),
     "rte": (metrics.accuracy,),
     "wnli": (metrics.accuracy,),
-    "ax": (),  # test set only
+    "ax": (metrics.matthews_corrcoef,),  # t5: none (test only); GLUE's R3, scored on the labelled file
 }
 
 GLUE_CONFIGS = tuple(GLUE_METRICS)
@@ -239,7 +253,7 @@ def make_glue_task(config: str, data_source=None) -> Task:
         metric_fns=GLUE_METRICS[config],
         rank_choices=GLUE_LABELS[config] or (),  # the label words (STS-B is a regression: none)
         sequence_length=GLUE_SEQUENCE_LENGTH,
-        description=f"GLUE {config} as in T5" + (" (test only)" if config == "ax" else ""),
+        description=f"GLUE {config} as in T5" + (" (diagnostic, test only)" if config == "ax" else ""),
     )
 
 

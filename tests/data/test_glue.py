@@ -7,13 +7,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from t2t.evaluation import metrics
+from t2t.evaluation.evaluate import evaluate_task
 from t2t.errors import T2TError
 from t2t.data.preprocessors import stsb_target, string_label_to_class_id, string_to_float
 from t2t.data.sources import DataNotFoundError
 from t2t.tasks.glue import GLUE_SIZES, GlueSource
 from t2t.data.task import get_mixture, get_task, get_task_or_mixture
+from t2t.models.t5 import T5, ModelConfig
+from t2t.testing import tiny_vocabulary
 
 N_ROWS = 300
 
@@ -209,7 +213,7 @@ def test_metrics_per_task():
     assert names["stsb"] == ["pearson_corrcoef", "spearman_corrcoef"]
     for c in ("mnli", "mnli_matched", "mnli_mismatched", "qnli", "rte", "wnli"):
         assert names[c] == ["accuracy"]
-    assert names["ax"] == []
+    assert names["ax"] == ["matthews_corrcoef"]  # GLUE's R3 (t5: none), scored where the labelled file is read
     assert get_task("mrpc").metric_fns[0] is metrics.f1_score_with_invalid
 
 
@@ -324,3 +328,91 @@ def test_hub_fallback_preprocessed_like_local(tmp_path, data_dir):
     (tmp_path / "no-local-copy").mkdir()
     from_hub = list(hub_task.text_examples("validation", tmp_path / "no-local-copy"))
     assert [(e["inputs"], e["targets"]) for e in from_hub] == [(e["inputs"], e["targets"]) for e in local]
+
+
+# ---------------------------------------------------------------------------------------------- AX diagnostic
+
+AX_HEADER = "Lexical Semantics\tPredicate-Argument Structure\tLogic\tKnowledge\tDomain\tPremise\tHypothesis\tLabel"
+AX_ROWS = [("", "", "Negation", "", "Artificial", "The cat sat.", "The cat did not sit.", "contradiction"),
+           ("Lexical entailment", "", "", "", "News", "A dog ran.", "An animal ran.", "entailment"),
+           ("", "Coordination scope", "", "", "Reddit", "Tea and cake.", "Cake.", "neutral"),
+           ("", "", "", "World knowledge", "ACL", "Paris is in France.", "Paris is in Italy.", "contradiction")]
+AX_LABELLED_TEXT = "\r\n".join([AX_HEADER] + ["\t".join(row) for row in AX_ROWS]) + "\r\n"  # CRLF as published
+AX_UNLABELLED_TEXT = "index\tsentence1\tsentence2\n0\tThe cat sat.\tThe cat did not sit.\n1\tA dog ran.\tAn animal ran.\n"
+
+
+def test_labelled_ax_file_is_read_with_its_labels(tmp_path):
+    root = _glue_dir(tmp_path, "AX", "diagnostic-full.tsv", AX_LABELLED_TEXT)
+    rows = list(GlueSource("ax").load("test", root))
+    assert rows == [{"premise": "The cat sat.", "hypothesis": "The cat did not sit.", "label": 2, "idx": 0},
+                    {"premise": "A dog ran.", "hypothesis": "An animal ran.", "label": 0, "idx": 1},
+                    {"premise": "Tea and cake.", "hypothesis": "Cake.", "label": 1, "idx": 2},
+                    {"premise": "Paris is in France.", "hypothesis": "Paris is in Italy.", "label": 2, "idx": 3}]
+    first = next(get_task("ax").text_examples("test", root))
+    assert (first["inputs"], first["targets"]) == ("mnli hypothesis: The cat did not sit. premise: The cat sat.",
+                                                   "contradiction")
+
+
+def test_labelled_ax_file_wins_over_the_unlabelled_one(tmp_path):
+    root = _glue_dir(tmp_path, "diagnostic", "diagnostic.tsv", AX_UNLABELLED_TEXT)
+    assert [r["label"] for r in GlueSource("ax").load("test", root)] == [-1, -1]  # predictions only, as before
+    _glue_dir(tmp_path, "AX", "diagnostic-full.tsv", AX_LABELLED_TEXT)
+    assert [r["label"] for r in GlueSource("ax").load("test", root)] == [2, 0, 1, 2]
+
+
+def test_labelled_ax_file_with_a_bad_label_names_file_and_line(tmp_path):
+    root = _glue_dir(tmp_path, "AX", "diagnostic-full.tsv", AX_LABELLED_TEXT.replace("\tneutral", "\tmaybe"))
+    with pytest.raises(T2TError, match=r"AX/diagnostic-full\.tsv line 4 has label 'maybe'"):
+        list(GlueSource("ax").load("test", root))
+
+
+def r3(targets, predictions) -> float:
+    """GLUE's R3 (Gorodkin's K-class Matthews correlation) × 100 from its definition over the confusion counts:
+    (c·s − Σ p_k t_k) / sqrt((s² − Σ p_k²)(s² − Σ t_k²)), c correct, s samples, p_k/t_k predicted/true counts."""
+    classes = sorted(set(targets) | set(predictions))
+    s, c = len(targets), sum(t == p for t, p in zip(targets, predictions))
+    t_k = [targets.count(k) for k in classes]
+    p_k = [predictions.count(k) for k in classes]
+    numerator = c * s - sum(p * t for p, t in zip(p_k, t_k))
+    return 100 * numerator / np.sqrt((s * s - sum(p * p for p in p_k)) * (s * s - sum(t * t for t in t_k)))
+
+
+def test_ax_metric_is_glues_r3():
+    task = get_task("ax")
+    targets, predictions = [2, 0, 1, 2, 0, 1, 1], [2, 0, 0, 1, 0, 1, -1]  # -1: a prediction that is no label
+    scores = {}
+    for metric_fn in task.metric_fns:
+        scores.update(metric_fn(targets, predictions))
+    assert scores == {"matthews_corrcoef": pytest.approx(r3(targets, predictions))}
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_ax_is_scored_only_from_the_labelled_file(tmp_path, labelled):
+    root = (_glue_dir(tmp_path, "AX", "diagnostic-full.tsv", AX_LABELLED_TEXT) if labelled
+            else _glue_dir(tmp_path, "diagnostic", "diagnostic.tsv", AX_UNLABELLED_TEXT))
+    vocab = tiny_vocabulary()
+    torch.manual_seed(0)
+    model = T5(ModelConfig(vocab_size=vocab.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                           dropout_rate=0.0)).eval()
+    scores, records, stats = evaluate_task(model, get_task("ax"), vocab, "test", data_dir=root,
+                                           rank_classification=True)
+    assert stats["labelled"] is labelled and len(records) == (4 if labelled else 2)
+    if labelled:
+        assert [r["target_value"] for r in records] == [2, 0, 1, 2]
+        assert list(scores) == ["matthews_corrcoef"]  # its value: test_ax_metric_is_glues_r3
+    else:
+        assert scores == {}  # predictions only, as before
+
+
+def test_real_labelled_ax_file(data_dir):
+    path = data_dir / "glue" / "AX" / "diagnostic-full.tsv"
+    if not path.is_file():
+        pytest.skip(f"real-data test: {path} is missing")
+    rows = list(GlueSource("ax").load("test", data_dir))
+    assert len(rows) == GLUE_SIZES["ax"]["test"] == 1104
+    assert [sum(r["label"] == k for r in rows) for k in range(3)] == [460, 386, 258]  # as the data README counts
+    assert [r["idx"] for r in rows] == list(range(1104))
+    examples = list(get_task("ax").text_examples("test", data_dir))
+    assert (examples[0]["inputs"], examples[0]["targets"]) == (
+        "mnli hypothesis: The cat did not sit on the mat. premise: The cat sat on the mat.", "contradiction")
+    assert examples[-1]["targets"] == "neutral"
