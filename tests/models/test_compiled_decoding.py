@@ -101,17 +101,19 @@ def test_one_graph_decodes_whether_autocast_caches_casts_or_not(monkeypatch):
         assert torch.equal(compiled, model.generate(x, max_new_tokens=5, cuda_graph=False))
 
 
-def test_a_process_decodes_with_more_models_than_dynamo_allows_graphs_a_function(monkeypatch):
+def test_a_process_decodes_with_more_models_than_dynamo_allows_graphs_a_function():
     """Each model shape needs its graph (and rows of one another): dynamo's limit, 2 here for speed (8 by
-    default), made the third graph fail; the decoding step allows kernels.MAX_GRAPHS."""
+    default), made the third graph fail; the decoding step allows kernels.MAX_GRAPHS. (torch's own
+    ``config.patch``, not monkeypatch: pytest 9 undoes a monkeypatch of torch's config module by deleting it.)"""
     torch.compiler.reset()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    for d_model in (24, 32):
-        torch.manual_seed(0)
-        model = T5(ModelConfig(**{**TINY, "d_model": d_model})).eval().to(DEVICE)
-        for rows in (1, 3):
-            x = torch.randint(3, 96, (rows, 7), generator=torch.Generator().manual_seed(rows)).to(DEVICE)
-            assert torch.equal(model.generate(x, max_new_tokens=4, compile=True), model.generate(x, max_new_tokens=4))
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for d_model in (24, 32):
+            torch.manual_seed(0)
+            model = T5(ModelConfig(**{**TINY, "d_model": d_model})).eval().to(DEVICE)
+            for rows in (1, 3):
+                x = torch.randint(3, 96, (rows, 7), generator=torch.Generator().manual_seed(rows)).to(DEVICE)
+                assert torch.equal(model.generate(x, max_new_tokens=4, compile=True),
+                                   model.generate(x, max_new_tokens=4))
 
 
 def test_compiled_evaluation_predicts_the_eager_strings_over_inputs_of_many_lengths(monkeypatch):
