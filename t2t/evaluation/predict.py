@@ -9,6 +9,7 @@ task pipeline does (EOS appended), cut to ``input_length`` and decoded as evalua
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import numbers
@@ -27,6 +28,7 @@ from t2t.data.task import PREPROCESSOR_ERRORS, Task, get_task_or_mixture, load_m
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LENGTH = 128  # decoded tokens when neither --max-length nor the run's target_length says
+REFERENCE_EXAMPLES = 16  # examples of a task's data that input lines are checked against
 
 
 @dataclass
@@ -52,7 +54,7 @@ def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     task = get_task_or_mixture(cfg.task) if cfg.task else None
     if task is not None and not isinstance(task, Task):
         raise T2TError(f"{cfg.task!r} is a mixture; pass one of its tasks to --task.")
-    reference = reference_fields(task, cfg.data_dir) if task else None
+    reference = reference_examples(task, cfg.data_dir) if task else []
     texts = [input_text(line, number, task, reference) for number, line in enumerate(lines, 1)]
     if not texts:
         return []
@@ -68,26 +70,27 @@ def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     return decoded
 
 
-def reference_fields(task: Task, data_dir) -> dict | None:
-    """The raw fields of the first example in the task's data (its first split with data), which input lines
-    are checked against; None (said in one line) when none of its data can be read."""
+def reference_examples(task: Task, data_dir) -> list[dict]:
+    """The first raw examples (``REFERENCE_EXAMPLES`` at most) of the task's first split with data, which input
+    lines are checked against and which give the fields a line leaves out; empty (said in one line) when none
+    of its data can be read."""
     for split in task.splits or ("validation", "train", "test"):
         try:
             if task.has_split(split, data_dir=data_dir):
-                return next(task.raw_examples(split, data_dir), None)
+                return list(itertools.islice(task.raw_examples(split, data_dir), REFERENCE_EXAMPLES))
         except T2TError:
             continue
     log.info("no data of task %s found to check the input fields against: the fields are used as given",
              task.name)
-    return None
+    return []
 
 
-def input_text(line: str, number: int, task: Task | None, reference: dict | None) -> str:
+def input_text(line: str, number: int, task: Task | None, reference: list[dict]) -> str:
     """The input string of one line: the line itself, or with a task its raw fields (JSON) preprocessed."""
     if task is None:
         return line
     raw = parse_fields(line, number, task)
-    if reference is not None:
+    if reference:
         raw = checked_fields(raw, number, task, reference)
     return preprocessed_inputs(task, raw, number)
 
@@ -105,26 +108,46 @@ def parse_fields(line: str, number: int, task: Task) -> dict:
     return raw
 
 
-def checked_fields(raw: dict, number: int, task: Task, reference: dict) -> dict:
+def checked_fields(raw: dict, number: int, task: Task, reference: list[dict]) -> dict:
     """``raw`` checked against the fields of the task's data (names, JSON types), with the fields it leaves
-    out filled by an empty value (a label: -1, unlabelled as GLUE's test rows; a text: ""; a list: []) where
-    the inputs do not depend on them: a prediction needs no gold label."""
+    out taken from the data's first example, where the inputs do not depend on them: a prediction needs no
+    gold label, and a real one passes whatever checks the task's preprocessors make of it (an invented one,
+    such as "", fails a preprocessor that accepts only its label words). A left-out field counts as one the
+    inputs are made from when another value of it (an empty one, or another example's) changes them."""
     hint = f"give the task's raw fields (t2t-show --task {task.name} --raw prints some)"
-    unknown = sorted(set(raw) - set(reference))
+    first = reference[0]
+    unknown = sorted(set(raw) - set(first))
     if unknown:
         raise T2TError(f"input line {number} has field {unknown[0]!r}, which task {task.name}'s data does not "
-                       f"have (its fields: {', '.join(reference)}); {hint}.")
+                       f"have (its fields: {', '.join(first)}); {hint}.")
     for key, value in raw.items():
-        if reference[key] is not None and json_kind(value) != json_kind(reference[key]):
-            raise T2TError(f"input line {number}: field {key!r} must be {json_kind(reference[key])}, as in task "
+        if first[key] is not None and json_kind(value) != json_kind(first[key]):
+            raise T2TError(f"input line {number}: field {key!r} must be {json_kind(first[key])}, as in task "
                            f"{task.name}'s data, got {value!r}; {hint}.")
-    filled = {**{k: empty_like(v) for k, v in reference.items() if k not in raw}, **raw}
+    filled = {**first, **raw}
     inputs = preprocessed_inputs(task, filled, number)
-    for key in reference.keys() - raw.keys():
-        if preprocessed_inputs(task, {**filled, key: reference[key]}, number) != inputs:
+    for key in first.keys() - raw.keys():
+        if any(inputs_or_none(task, {**filled, key: other}) not in (None, inputs)
+               for other in other_values(key, reference)):
             raise T2TError(f"input line {number} has no field {key!r}, which task {task.name}'s inputs are made "
                            f"from; {hint}.")
     return filled
+
+
+def other_values(key: str, reference: list[dict]) -> list:
+    """Values of field ``key`` to try in place of the first example's: an empty one, and the first other value
+    the task's data has (a preprocessor may refuse the empty one: a label word, SQuAD's answers)."""
+    first = reference[0][key]
+    others = (row[key] for row in reference[1:] if key in row and row[key] != first)
+    return [empty_like(first), *itertools.islice(others, 1)]
+
+
+def inputs_or_none(task: Task, raw: dict) -> str | None:
+    """The ``inputs`` string of ``raw``, or None where the task's preprocessing refuses its values."""
+    try:
+        return task.preprocess(raw)["inputs"]
+    except (T2TError, *PREPROCESSOR_ERRORS):
+        return None
 
 
 def json_kind(value) -> str:
@@ -139,8 +162,11 @@ def json_kind(value) -> str:
 
 
 def empty_like(value):
-    """The value a left-out field takes: a number -1 (a label's "unlabelled"), else an empty one."""
-    empty = {"true or false": False, "a number": -1, "a string": "", "a list": [], "an object": {}}
+    """An empty value of ``value``'s JSON type (-1 for a number, a label's "unlabelled"); an object keeps its
+    keys, each emptied (SQuAD's answers: ``{"text": [], "answer_start": []}``)."""
+    if isinstance(value, dict):
+        return {key: empty_like(inner) for key, inner in value.items()}
+    empty = {"true or false": False, "a number": -1, "a string": "", "a list": []}
     return empty.get(json_kind(value))
 
 

@@ -4,7 +4,9 @@ import errno
 import io
 import json
 import os
+import re
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,9 +17,12 @@ from t2t.checkpoints import native as checkpoint
 from t2t.cli import predict_main, show_main
 from t2t.errors import T2TError
 from t2t.data.show import show_raw
-from t2t.data.task import get_task
-from t2t.evaluation.predict import input_text, reference_fields
+from t2t.data.task import TASKS, get_task
+from t2t.evaluation.predict import input_text, reference_examples
 from t2t.models.t5 import T5, ModelConfig
+from t2t.testing import in_memory_task, tiny_vocabulary
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
 
 # T5's vocabulary (32,100 ids) needs 32,128 embedding rows; everything else as small as it gets
 TINY_T5_VOCAB = ModelConfig(vocab_size=32128, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
@@ -49,7 +54,7 @@ def test_stsb_needs_no_gold_label(model_dir, capsys, tmp_path):
     assert code == 0, err
     assert len(out.splitlines()) == 1
     task = get_task("stsb")
-    assert input_text(json.dumps(row), 1, task, reference_fields(task, None)) == \
+    assert input_text(json.dumps(row), 1, task, reference_examples(task, None)) == \
         task.preprocess({**row, "label": 5.0})["inputs"]
 
 
@@ -115,3 +120,88 @@ def test_show_raw_prints_the_source_fields(capsys, data_dir):
     assert rows[0] == json.loads(json.dumps(first))
     with pytest.raises(T2TError, match="is a mixture"):
         list(show_raw("glue_v002"))
+
+
+def docs_custom_task_code() -> str:
+    """The custom task of docs/tasks.md, as the docs write it (so the docs cannot drift from what is tested)."""
+    section = DOCS.read_text().split("## Custom tasks", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def docs_task_module(tmp_path):
+    path = tmp_path / "my_tasks.py"
+    path.write_text(docs_custom_task_code())
+    yield path
+    TASKS.unregister("my_sentiment")
+
+
+@pytest.fixture
+def tiny_run(tmp_path) -> Path:
+    """An untrained run folder with t2t.testing's tiny vocabulary (no real data needed)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=512, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, dropout_rate=0.0)
+    checkpoint.save_checkpoint(tmp_path / "run", 1, T5(cfg), settings={"vocab": str(tiny_vocabulary().path)})
+    return tmp_path / "run"
+
+
+def test_docs_custom_task_predicts_without_a_label(docs_task_module, tiny_run, capsys, tmp_path):
+    """The README promises `t2t-predict --task my_sentiment` with the label left out: the docs' own
+    preprocessor refuses a label it does not know, so the prediction path must not hand it an invented one."""
+    data = tmp_path / "data"
+    (data / "sentiment").mkdir(parents=True)
+    rows = [{"text": "a warm, funny film", "label": "positive"}, {"text": "dull", "label": "negative"}]
+    for split in ("train", "validation"):
+        (data / "sentiment" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"text": "a gorgeous, witty film"}\n{"text": "tedious"}\n')
+    code, out, err = run_predict(capsys, "--checkpoint", str(tiny_run), "--module", str(docs_task_module),
+                                 "--task", "my_sentiment", "--data-dir", str(data), "--input", str(lines),
+                                 "--max-length", "3")
+    assert code == 0, err
+    assert len(out.splitlines()) == 2
+    task = get_task("my_sentiment")
+    assert input_text('{"text": "tedious"}', 1, task, reference_examples(task, data)) == "sentiment: tedious"
+
+
+def test_squad_predicts_with_the_answers_left_out(model_dir, capsys, tmp_path, data_dir):
+    """SQuAD's rows nest their answers ({"text": [...], "answer_start": [...]}); a question and its context
+    are all a prediction needs."""
+    row = {"question": "Which team won Super Bowl 50?", "context": "The Denver Broncos won Super Bowl 50."}
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(json.dumps(row) + "\n")
+    code, out, err = run_predict(capsys, "--checkpoint", str(model_dir), "--task", "squad", "--input", str(lines),
+                                 "--max-length", "3")
+    assert code == 0, err
+    assert len(out.splitlines()) == 1
+    task = get_task("squad")
+    expected = task.preprocess({**row, "answers": {"text": ["Denver Broncos"], "answer_start": [4]}})["inputs"]
+    assert input_text(json.dumps(row), 1, task, reference_examples(task, data_dir)) == expected
+
+
+def nested_task():
+    """A task whose inputs come from a nested field (``doc.title``) and a checked one (``query``: not empty),
+    and whose targets from a nested one that its preprocessor checks (``gold.words``: at least one), as SQuAD's
+    answers."""
+    def to_text(example):
+        if not example["gold"]["words"] or not example["query"]:
+            raise T2TError("an example has no gold words or no query; give both.")
+        return {"inputs": f"ask: {example['doc']['title']} {example['query']}", "targets": example["gold"]["words"][0]}
+    rows = [{"query": q, "doc": {"title": t}, "gold": {"words": [w], "weights": [1.0]}}
+            for q, t, w in [("who?", "Ann", "she"), ("why?", "Bob", "because")]]
+    return in_memory_task("nested_fields", {"validation": rows}, preprocessors=[to_text])
+
+
+def test_left_out_nested_fields_are_filled_unless_the_inputs_read_them():
+    task = nested_task()
+    reference = reference_examples(task, None)
+    line = json.dumps({"query": "when?", "doc": {"title": "Cy"}})
+    assert input_text(line, 1, task, reference) == "ask: Cy when?"
+    for known in (reference, reference[:1]):  # another example's title, or (one example) an empty one
+        with pytest.raises(T2TError, match="^input line 1 has no field 'doc', which task nested_fields's inputs "
+                                           "are made from"):
+            input_text(json.dumps({"query": "when?"}), 1, task, known)
+    with pytest.raises(T2TError, match="^input line 1 has no field 'query'"):  # "" is refused: another example's
+        input_text(json.dumps({"doc": {"title": "Cy"}}), 1, task, reference)
+    with pytest.raises(T2TError, match="^input line 1: field 'doc' must be an object"):
+        input_text(json.dumps({"query": "when?", "doc": "Cy"}), 1, task, reference)
