@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 from t2t.checkpoints import durable
@@ -44,6 +45,8 @@ def predict_main(argv=None) -> int:
     if args.print_config:
         print_settings(resolved_locations(cfg))
         return 0
+    if args.output:
+        check_output(Path(args.output))
     predictions = predict(cfg, read_lines(args.input))
     text = "".join(p.replace("\n", " ") + "\n" for p in predictions)
     if args.output:
@@ -70,6 +73,25 @@ def read_lines(source: str) -> list[str]:
             raise T2TError(f"input line {number} of {name} is not UTF-8 (byte {line[e.start]:#04x} at column "
                            f"{e.start + 1}); convert the input to UTF-8.") from None
     return [line.decode("utf-8") for line in lines]
+
+
+def check_output(path: Path) -> None:
+    """Refuse an output path that cannot be written before any decoding (which may take hours): a folder, a path
+    under a file, or one in a folder this user cannot write to. Folders on the way that do not exist yet are
+    created when the output is written."""
+    if path.is_dir():
+        raise T2TError(f"--output {path} is a folder; give a file's path, such as {path / 'predictions.txt'}.")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise T2TError(f"--output {path} cannot be written: {folder} is a file, not a folder; choose another "
+                       f"--output path.")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise T2TError(f"--output {path} cannot be written: folder {folder} is not writable ({e.strerror or e}); "
+                       f"choose a writable --output path.") from None
 
 
 def write_output(path: Path, text: str) -> None:

@@ -18,6 +18,7 @@ from t2t.cli import predict_main, show_main
 from t2t.errors import T2TError
 from t2t.data.show import show_raw
 from t2t.data.task import TASKS, get_task
+from t2t.evaluation import predict as predict_module
 from t2t.evaluation.predict import input_text, reference_examples
 from t2t.models.t5 import T5, ModelConfig
 from t2t.testing import in_memory_task, tiny_vocabulary
@@ -110,6 +111,38 @@ def test_output_is_replaced_whole_or_not_at_all(model_dir, capsys, tmp_path, mon
     assert code == 2 and "No space left on device" in err and str(output) in err, err
     assert output.read_text() == "previous good line\n" * 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "predictions.txt"]
+
+
+@pytest.mark.parametrize("output, message", [
+    (".", "--output . is a folder; give a file's path, such as predictions.txt"),
+    ("in.txt/predictions.txt", "--output in.txt/predictions.txt cannot be written: in.txt is a file, not a folder"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_decoding(output, message, model_dir, capsys, tmp_path,
+                                                                     monkeypatch):
+    """`--output .` raised a traceback once every line was decoded."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(predict_module, "decode_in_batches", decoding_is_not_reached)
+    (tmp_path / "in.txt").write_text("stsb sentence1: a sentence2: b\n")
+    code, out, err = run_predict(capsys, "--checkpoint", str(model_dir), "--input", "in.txt", "--output", output)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_an_output_in_a_folder_without_write_permission_is_refused_before_decoding(model_dir, capsys, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(predict_module, "decode_in_batches", decoding_is_not_reached)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    (tmp_path / "in.txt").write_text("stsb sentence1: a sentence2: b\n")
+    code, _, err = run_predict(capsys, "--checkpoint", str(model_dir), "--input", str(tmp_path / "in.txt"),
+                               "--output", str(locked / "new" / "predictions.txt"))
+    assert code == 2 and err.startswith(f"error: --output {locked / 'new' / 'predictions.txt'} cannot be written: "
+                                        f"folder {locked} is not writable"), err
+
+
+def decoding_is_not_reached(*args, **kwargs):
+    raise AssertionError("decoding started although --output cannot be written")
 
 
 def test_show_raw_prints_the_source_fields(capsys, data_dir):
