@@ -163,13 +163,27 @@ def _mark_varying_sizes(tokens: torch.Tensor, cache) -> None:
 
 
 @torch.no_grad()
-def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 1,
-             alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             generator: torch.Generator | None = None, min_new_tokens: int = 0, compile: bool = False,
-             cuda_graph: bool = True) -> torch.Tensor:
-    """Decode ``max_new_tokens`` at most; see the module docstring for how the method is chosen. ``compile``
-    runs the decoding step through ``torch.compile``; ``cuda_graph`` replays it as a CUDA graph on a CUDA
-    device (``decoding_step``)."""
+def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int | None = None, *,
+             num_beams: int | None = None, alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0,
+             top_p: float = 1.0, generator: torch.Generator | None = None, min_new_tokens: int = 0,
+             compile: bool = False, cuda_graph: bool = True, max_length: int | None = None,
+             beam_size: int | None = None, seed: int | None = None) -> torch.Tensor:
+    """Decode ``max_new_tokens`` (default 64) at most; see the module docstring for how the method is chosen.
+    ``compile`` runs the decoding step through ``torch.compile``; ``cuda_graph`` replays it as a CUDA graph on
+    a CUDA device (``decoding_step``).
+
+    The decoding flags' names (t2t-eval's and t2t-predict's ``--max-length``, ``--beam-size``, ``--seed``) are
+    accepted too: ``max_length`` and ``beam_size`` are aliases of ``max_new_tokens`` and ``num_beams``, and
+    ``seed`` samples with a generator seeded with it on the inputs' device, as those commands do. Both names of
+    one setting with different values is a ValueError."""
+    max_new_tokens = one_of("max_new_tokens", max_new_tokens, "max_length", max_length, default=64)
+    num_beams = one_of("num_beams", num_beams, "beam_size", beam_size, default=1)
+    if seed is not None:
+        if generator is not None:
+            raise ValueError(f"seed={seed} and a generator both seed the draws; pass one of them")
+        if temperature == 0:
+            raise ValueError(f"seed={seed} seeds sampling, which temperature=0 turns off")
+        generator = torch.Generator(encoder_input_tokens.device).manual_seed(seed)
     if num_beams > 1 and temperature > 0:
         raise ValueError(f"num_beams={num_beams} with temperature={temperature}: t2t has no beam sampling")
     if temperature == 0 and (top_k or top_p < 1.0):
@@ -183,6 +197,14 @@ def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64
                       cuda_graph=cuda_graph)
     return greedy(model, encoder_input_tokens, max_new_tokens, min_new_tokens=min_new_tokens, compile=compile,
                   cuda_graph=cuda_graph)
+
+
+def one_of(name: str, value: int | None, alias: str, alias_value: int | None, default: int) -> int:
+    """A setting given by its name, or by ``alias`` (the decoding flags' name for it), or ``default``."""
+    if value is not None and alias_value is not None and value != alias_value:
+        raise ValueError(f"{name}={value} and {alias}={alias_value} set one thing (--{alias.replace('_', '-')} "
+                         f"of t2t-eval and t2t-predict is {name}); pass one of them")
+    return next((v for v in (value, alias_value) if v is not None), default)
 
 
 _BLOCK = 128  # logits in each block ``_greedy_choice`` searches

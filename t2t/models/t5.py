@@ -741,7 +741,7 @@ class T5(nn.Module):
         losses = token_losses(self.project(h[keep]), targets[keep], z_loss)  # logits [N, V] → [N]
         return (losses * weights[keep]).sum(), task_weight
 
-    def generate(self, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, **kwargs) -> torch.Tensor:
+    def generate(self, encoder_input_tokens: torch.Tensor, max_new_tokens: int | None = None, **kwargs) -> torch.Tensor:
         """Decoded ids [B, ≤max_new_tokens] (greedy by default); see :func:`t2t.models.decoding.generate`.
         Decoder-only models continue ``[start] + inputs`` (the inputs are their prefix)."""
         return decoding.generate(self, encoder_input_tokens, max_new_tokens=max_new_tokens, **kwargs)

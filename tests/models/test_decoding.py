@@ -183,6 +183,33 @@ def test_decoding_methods_that_cannot_combine_are_refused(settings, message):
         model.generate(ragged_inputs(seed=4), max_new_tokens=4, **settings)
 
 
+def test_generate_takes_the_decoding_flags_names():
+    """t2t-eval and t2t-predict say --beam-size, --max-length and --seed; model.generate takes them too, as
+    aliases of num_beams, max_new_tokens and a seeded generator."""
+    torch.manual_seed(0)
+    model = T5(ModelConfig(**TINY)).eval()
+    enc = ragged_inputs(seed=5, B=3)
+    beams = model.generate(enc, max_new_tokens=8, num_beams=4, alpha=0.0)
+    assert not torch.equal(beams, model.generate(enc, max_new_tokens=8))  # so the alias below is not ignored
+    assert torch.equal(model.generate(enc, max_length=8, beam_size=4, alpha=0.0), beams)
+    assert torch.equal(model.generate(enc, max_new_tokens=8, num_beams=4, beam_size=4, alpha=0.0), beams)
+    assert model.generate(enc, max_length=3).shape[1] == 3
+    sampled = model.generate(enc, max_length=10, temperature=1.0, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(model.generate(enc, max_length=10, temperature=1.0, seed=7), sampled)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(num_beams=2, beam_size=4), "num_beams=2 and beam_size=4 set one thing"),
+    (dict(max_new_tokens=5, max_length=6), "max_new_tokens=5 and max_length=6 set one thing"),
+    (dict(temperature=1.0, seed=1, generator=torch.Generator()), "seed=1 and a generator"),
+    (dict(seed=1), "seed=1 seeds sampling, which temperature=0 turns off"),
+])
+def test_a_setting_given_under_both_names_is_refused(settings, message):
+    model = T5(ModelConfig(**TINY)).eval()
+    with pytest.raises(ValueError, match=message):
+        model.generate(ragged_inputs(seed=4), **settings)
+
+
 def test_score_equals_sum_of_log_softmax():
     torch.manual_seed(0)
     model = T5(ModelConfig(**TINY)).eval()
