@@ -9,6 +9,11 @@
   or in a run folder the run's own copies of its vocabulary and modules).
 - ``lock_output_dir(dir)``: one writer per run directory (``fcntl.flock``, which the kernel releases when the
   process ends, even by ``kill -9``); a second one stops with a sentence naming the holder's pid.
+
+None of them writes through a symbolic link placed where a file of ours goes (a link ``RUN/.lock`` →
+``~/precious.txt`` would have it overwritten with a pid): files are opened with ``O_NOFOLLOW``, so a link
+where t2t writes in place (the lock, an appended log) is refused in one sentence naming it, and an atomic
+write replaces the link itself, never what it points to.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ except ImportError:  # Windows: no flock; runs there are not locked
 LOCK_FILE = ".lock"
 CHECKSUMS_FILE = "checksums.sha256"
 _CHUNK = 1 << 24
+NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)  # Windows has none (and no symbolic links an unprivileged user makes)
 
 # Write failures the user can act on, and what to do about them.
 _FIXES = {
@@ -46,9 +52,24 @@ _FIXES = {
 
 def write_error(e: OSError, what: str) -> T2TError:
     """One sentence for a failed write of ``what``: the system's reason and the fix."""
+    if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+        return link_error(what)
     fix = _FIXES.get(e.errno, "check the disk and the file-size limit")
     return T2TError(f"cannot write {what} ({e.strerror or e}); {fix} and run the same command again (nothing "
                     f"already saved is lost).")
+
+
+def link_error(path: str | os.PathLike) -> T2TError:
+    """The sentence for a symbolic link found where t2t writes a file."""
+    return T2TError(f"{path} is a symbolic link, and t2t never writes through a link placed where its files go "
+                    f"(it would overwrite whatever the link points to); delete the link and run the same command "
+                    f"again.")
+
+
+def refuse_link(path: Path) -> None:
+    """A file that t2t changes in place (cut back, appended to) must not be a link: see ``link_error``."""
+    if Path(path).is_symlink():
+        raise link_error(path)
 
 
 def os_error_of(e: Exception) -> OSError | None:
@@ -66,9 +87,14 @@ def user_mode() -> int:
     return 0o666 & ~mask
 
 
+def no_follow_opener(path: str | os.PathLike, flags: int) -> int:
+    """An ``opener`` for ``open()`` that refuses a link at ``path`` (an OSError ``write_error`` names)."""
+    return os.open(path, flags | NO_FOLLOW, 0o666)
+
+
 def write_file(path: Path, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` (a new or temporary name) and fsync it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    """Write ``data`` to ``path`` (a new or temporary name) and fsync it; a link at ``path`` is an OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NO_FOLLOW, 0o666)
     try:
         _write_all(fd, data)
         os.fsync(fd)
@@ -99,9 +125,11 @@ def fsync_dir(path: Path) -> None:
 
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to a temporary file beside ``path`` (fsynced, with the user's umask),
-    then rename it over ``path``: a reader sees the old file or the new one, never half of one."""
+    then rename it over ``path``: a reader sees the old file or the new one, never half of one. A link at
+    ``path`` is replaced, not written through; so is anything at the temporary name, which is ours."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        tmp.unlink(missing_ok=True)
         write_file(tmp, data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except OSError as e:
@@ -110,8 +138,9 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append ``line`` + newline; if that fails (OSError), the file is cut back to what it held before."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    """Append ``line`` + newline; if that fails (OSError), the file is cut back to what it held before. A link at
+    ``path`` is an OSError (``write_error`` says so)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NO_FOLLOW, 0o666)
     try:
         size = os.fstat(fd).st_size
         try:
@@ -155,8 +184,10 @@ def lock_output_dir(folder: Path) -> Iterator[None]:
         raise T2TError(f"output dir {folder} is a file; pass a folder as --output-dir.")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | NO_FOLLOW, 0o666)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise link_error(folder / LOCK_FILE) from None
         raise T2TError(f"cannot write to output dir {folder} ({e.strerror or e}); choose a writable "
                        f"--output-dir.") from None
     try:

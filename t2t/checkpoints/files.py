@@ -89,7 +89,9 @@ def write_torch(path: Path, obj: Any) -> None:
 
 def write_with(path: Path, write: Callable[[str], Any]) -> None:
     """``write(path)``, then the user's file mode and an fsync, so that a later rename publishes complete
-    contents; a failed write is an OSError (safetensors raises its own error type)."""
+    contents; a failed write is an OSError (safetensors raises its own error type). ``write`` may follow a
+    link at ``path``, so one is refused first."""
+    durable.refuse_link(path)
     try:
         write(str(path))
     except Exception as e:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from t2t.checkpoints.durable import append_line, write_error
+from t2t.checkpoints.durable import append_line, refuse_link, write_error
 from t2t.errors import T2TError
 from t2t.evaluation.figures import curves_figure, save_figure
 from t2t.evaluation.results import jsonable
@@ -25,7 +25,8 @@ class MetricsLog:
 
     On resume, records after the checkpoint's step are cut off (they will be logged again), so the file
     of a stopped-and-resumed run reads like that of a run that never stopped. A torn last line (a write cut
-    short by a full disk or a crash) is cut off too.
+    short by a full disk or a crash) is cut off too. A symbolic link in its place is refused (cutting back or
+    appending to it would change the file it points to).
     """
 
     def __init__(self, path: Path, enabled: bool = True, truncate_after: int = 0):
@@ -33,6 +34,7 @@ class MetricsLog:
         self.enabled = enabled
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            refuse_link(self.path)
             keep = 0  # bytes of the lines kept: those up to the resumed step
             for line, record in _read_lines(self.path):
                 if record is None or record["step"] > truncate_after:

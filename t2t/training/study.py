@@ -35,6 +35,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import dataclasses
+import io
 import itertools
 import json
 import logging
@@ -355,7 +356,11 @@ def run_tool(tool: str, args: list[str], threads: int, log_file: Path) -> None:
     command = [sys.executable, "-c", code, *args, "--set", f"threads={threads}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     log.info("%s %s", tool, " ".join(args))
-    with open(log_file, "a") as out:
+    try:
+        out = open(log_file, "a", opener=durable.no_follow_opener)
+    except OSError as e:
+        raise durable.write_error(e, str(log_file)) from None
+    with out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
         raise T2TError(f"{tool} {' '.join(args[:2])} {failure(done.returncode, log_file)}; see {log_file}, fix it "
@@ -386,16 +391,17 @@ def failure(returncode: int, log_file: Path) -> str:
 
 def write_table(table: dict[str, dict[str, float]], targets: list[str], out: Path,
                 metric: str | None = None) -> None:
-    """``results.csv``, ``results.md`` and ``heatmap.png``: rows × targets."""
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["row", *targets])
-        for row, scores in table.items():
-            writer.writerow([row, *(f"{scores[t]:.2f}" for t in targets)])
+    """``results.csv``, ``results.md`` and ``heatmap.png``: rows × targets (each written atomically)."""
+    rows_csv = io.StringIO(newline="")
+    writer = csv.writer(rows_csv)
+    writer.writerow(["row", *targets])
+    for row, scores in table.items():
+        writer.writerow([row, *(f"{scores[t]:.2f}" for t in targets)])
+    durable.write_atomic(out / "results.csv", rows_csv.getvalue())
     lines = ["| row | " + " | ".join(targets) + " |", "|---" * (len(targets) + 1) + "|"]
     lines += ["| " + row + " | " + " | ".join(f"{scores[t]:.2f}" for t in targets) + " |"
               for row, scores in table.items()]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    durable.write_atomic(out / "results.md", "\n".join(lines) + "\n")
     save_figure(heatmap_figure(table, targets, metric), out / "heatmap.png")
 
 

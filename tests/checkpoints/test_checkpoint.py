@@ -658,3 +658,54 @@ def test_loaded_models_are_in_eval_mode_so_generating_twice_gives_the_same_token
         assert not loaded.training and not any(m.training for m in loaded.modules())
         assert loaded.config.dropout_rate == 0.5
         assert torch.equal(loaded.generate(tokens, max_new_tokens=8), loaded.generate(tokens, max_new_tokens=8))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Nothing t2t writes into a folder follows a symbolic link placed there
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_a_linked_lock_is_refused_and_its_target_left_alone(tmp_path, target_exists):
+    """`ln -sf ~/precious.txt RUN/.lock; t2t-train --output-dir RUN` made precious.txt a pid (and a dangling
+    link made a new file wherever it pointed)."""
+    from t2t.checkpoints import durable
+    precious = tmp_path / "precious.txt"
+    if target_exists:
+        precious.write_text("mine\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".lock").symlink_to(precious)
+    with pytest.raises(T2TError) as error:
+        with durable.lock_output_dir(tmp_path / "run"):
+            pass
+    assert re.fullmatch(r"\S+/run/\.lock is a symbolic link, and t2t never writes through a link [^\n]*; delete the "
+                        r"link and run the same command again\.", str(error.value))
+    assert precious.read_text() == "mine\n" if target_exists else not precious.exists()
+
+
+def test_an_atomic_write_replaces_links_and_never_writes_through_them(tmp_path):
+    """The file's own name and its temporary name (which has the process id in it) may both be links someone
+    placed: the file ends up a file of its own, and what the links pointed to is unchanged."""
+    from t2t.checkpoints import durable
+    precious, other = tmp_path / "precious.txt", tmp_path / "other.txt"
+    precious.write_text("mine\n")
+    other.write_text("also mine\n")
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "lineage.json"
+    path.symlink_to(precious)
+    (tmp_path / "run" / f".lineage.json.{os.getpid()}.tmp").symlink_to(other)
+    durable.write_atomic(path, "[]\n")
+    assert not path.is_symlink() and path.read_text() == "[]\n"
+    assert precious.read_text() == "mine\n" and other.read_text() == "also mine\n"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["lineage.json"]
+
+
+def test_appending_through_a_link_is_one_sentence_naming_it(tmp_path):
+    from t2t.checkpoints import durable
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    (tmp_path / "train.log").symlink_to(precious)
+    with pytest.raises(OSError) as error:
+        durable.append_line(tmp_path / "train.log", "a line")
+    assert str(durable.write_error(error.value, str(tmp_path / "train.log"))).startswith(
+        f"{tmp_path / 'train.log'} is a symbolic link, and t2t never writes through a link")
+    assert precious.read_text() == "mine\n"

@@ -69,3 +69,29 @@ def test_a_log_window_rates_its_steps_tokens_and_waiting_over_its_time_less_what
     now[0] = 105.0
     assert window.rates() == {"steps_per_second": 3 / 4, "tokens_per_second": 200 / 4, "data_wait_share": 0.5 / 4,
                               "compile_seconds": 1.0}
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_linked_metrics_log_is_refused_and_its_target_left_alone(tmp_path, resumed):
+    """Someone else's run folder may hold metrics.jsonl → a file of yours: resuming cuts the log back and
+    training appends to it, and neither may reach through the link."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text('{"step": 1, "loss": 2.0}\n{"step": 5, "loss": 1.0}\n')
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").symlink_to(precious)
+    with pytest.raises(T2TError, match=r"^[^\n]*run/metrics.jsonl is a symbolic link, and t2t never writes through "
+                                       r"a link [^\n]*; delete the link and run the same command again\.$"):
+        MetricsLog(tmp_path / "run" / "metrics.jsonl", truncate_after=1 if resumed else 0).write({"step": 2})
+    assert precious.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 5, "loss": 1.0}\n'
+
+
+def test_appending_through_a_link_planted_after_the_log_was_opened_is_refused(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write({"step": 1, "loss": 2.0})
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    (tmp_path / "metrics.jsonl").unlink()
+    (tmp_path / "metrics.jsonl").symlink_to(precious)
+    with pytest.raises(T2TError, match=r"metrics.jsonl is a symbolic link"):
+        log.write({"step": 2, "loss": 1.0})
+    assert precious.read_text() == "mine\n"

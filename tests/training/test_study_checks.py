@@ -129,3 +129,23 @@ def test_heat_map_names_its_metric_and_never_has_a_vanishing_colour_scale(tmp_pa
     differ = {"none": {"rte": 50.0, "mrpc": float("nan")}, "cola": {"rte": 54.0, "mrpc": 61.0}}
     assert colour_range(heatmap_figure(differ, ["rte", "mrpc"], "accuracy")) == (-4.0, 4.0)
     assert np.isnan(differ["none"]["mrpc"])
+
+
+def test_the_study_writes_nothing_through_a_link_placed_in_its_folders(tmp_path, monkeypatch):
+    """The study's table files and a run's log are replaced or refused when a link stands in their place;
+    the files the links point to are never written."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    out = tmp_path / "study"
+    out.mkdir()
+    for name in ("results.csv", "results.md", "train.log"):
+        (out / name).symlink_to(precious)
+    study.write_table({"none": {"rte": 50.0}}, ["rte"], out)
+    assert not (out / "results.csv").is_symlink()
+    assert (out / "results.csv").read_bytes() == b"row,rte\r\nnone,50.00\r\n"
+    assert not (out / "results.md").is_symlink() and "| none | 50.00 |" in (out / "results.md").read_text()
+    started = []
+    monkeypatch.setattr(study.subprocess, "run", lambda *args, **kwargs: started.append(args))
+    with pytest.raises(T2TError, match=rf"^{out / 'train.log'} is a symbolic link, and t2t never writes through"):
+        run_tool("t2t-train", ["--task", "rte"], 1, out / "train.log")
+    assert not started and precious.read_text() == "mine\n"
