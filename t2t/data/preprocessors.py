@@ -3,6 +3,7 @@
 Text stage (``Task.preprocessors``): plain ``fn(example) -> example`` functions over raw dicts, parametrised
 with ``functools.partial`` — ``rekey``, ``glue``, ``stsb``, ``prefix_text``, ``translate``, ``summarize``,
 ``squad`` (with ``pad_punctuation``); ``record`` is one-to-many (a list of examples, one per answer).
+``text_field`` reads a field that must be text, so that a missing or non-string one is an error (``FieldError``).
 T5's "simple" Winograd formulations (WSC, DPR, WNLI) are in ``t2t.data.winograd``.
 
 Tokenized stage (``Task.tokenized_preprocessors``): deterministic functions over a whole split's token dicts,
@@ -30,6 +31,34 @@ from t2t.errors import T2TError
 # ------------------------------------------------------------------------------------------ text stage
 
 
+class FieldError(T2TError):
+    """A field a preprocessor reads is missing from an example or is not what it needs. Raised with the
+    example's part of the sentence (``problem``, ``fix``) so that ``Task.text_examples`` can say which file
+    and line the example is."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"the example {problem}; {fix}.")
+        self.problem, self.fix = problem, fix
+
+
+def text_field(example: Mapping, key: str) -> str:
+    """``example[key]``, which the caller turns into text: a string, else a ``FieldError``.
+
+    Formatting the value would hide bad data: a field that a JSON-lines line leaves out reads as None
+    (``datasets`` fills it in) and becomes the text "None", a number becomes its digits. Read fields that
+    hold numbers on purpose (a regression score) directly.
+    """
+    value = example.get(key)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        fields = ", ".join(str(k) for k, v in example.items() if v is not None)
+        has = f"its fields: {fields}" if fields else "it has none"
+        raise FieldError(f"has no field {key!r} ({has})", f"add {key!r} to it, or leave it out of the data")
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    raise FieldError(f"has {shown} in field {key!r} where text is expected", "make it a string")
+
+
 def rekey(example: Mapping, *, key_map: Mapping[str, str | None]) -> dict:
     """``{new: example[old]}`` for each ``new: old`` in ``key_map``; ``old=None`` gives an empty string."""
     out = {}
@@ -45,9 +74,9 @@ def rekey(example: Mapping, *, key_map: Mapping[str, str | None]) -> dict:
 
 
 def prefix_text(example: Mapping, *, prefix: str, key: str = "inputs") -> dict:
-    """Prepend ``prefix`` to ``example[key]`` (e.g. ``"summarize: "``)."""
+    """Prepend ``prefix`` to ``example[key]`` (e.g. ``"summarize: "``), which must be text (``text_field``)."""
     out = dict(example)
-    out[key] = prefix + str(example[key])
+    out[key] = prefix + text_field(example, key)
     return out
 
 

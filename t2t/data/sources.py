@@ -3,7 +3,8 @@ official files with the hub as fallback (``LocalOrHub``; GLUE's and SuperGLUE's 
 
 Every source has ``splits`` (a tuple, empty when only the dataset itself knows), ``load(split, data_dir)``
 returning an iterable of raw example dicts in source order, ``num_examples(split)`` (a declared size or
-None, never reads data), ``streaming`` and ``describe()``. Hub and file sources go through ``datasets``
+None, never reads data), ``locate(split, index, data_dir)`` (the file and line of an example, for errors, where
+the source can tell), ``streaming`` and ``describe()``. Hub and file sources go through ``datasets``
 (``load_dataset`` / ``load_from_disk``) so its Arrow cache and streaming do the work.
 
 Relative file paths are resolved against the data dir: ``--data-dir`` / ``data_dir=``, else ``$T2T_DATA_DIR``.
@@ -78,6 +79,11 @@ class Source:
     def num_examples(self, split: str) -> int | None:
         sizes = getattr(self, "sizes", None) or {}
         return sizes.get(split)
+
+    def locate(self, split: str, index: int, data_dir: PathLike | None = None) -> str | None:
+        """Where example ``index`` of ``split`` (counting from 0 in source order) is written, such as
+        ``"jsonl file F, line 3"``, for an error about it to name; None where the source cannot tell."""
+        return None
 
     def describe(self) -> str:
         return type(self).__name__
@@ -172,6 +178,9 @@ class DataFiles(Source):
     BUILDERS = {"jsonl": ("json", {}), "json": ("json", {}), "csv": ("csv", {"keep_default_na": False}),
                 "tsv": ("csv", {"sep": "\t", "keep_default_na": False, "quoting": csv.QUOTE_NONE}),
                 "text": ("text", {})}
+    # formats with one example per line, as the builders read them: (header lines, blank lines skipped); a CSV
+    # record may span lines, a JSON file is one document, and the text builder splits lines its own way
+    ONE_EXAMPLE_PER_LINE = {"jsonl": (0, True), "tsv": (1, True)}
 
     def __init__(self, files: Mapping[str, PathLike | Sequence[PathLike]], format: str, *,
                  sizes: Mapping[str, int] | None = None, **builder_kwargs):
@@ -215,6 +224,23 @@ class DataFiles(Source):
                 raise
             raise T2TError(problem) from None
         return _decoded(rows, paths, self.format)
+
+    def locate(self, split, index, data_dir=None):
+        """The file and line of example ``index``, counted in the files as the builder reads them (read only
+        when asked: an error is being told)."""
+        if self.format not in self.ONE_EXAMPLE_PER_LINE:
+            return None
+        header_lines, skip_blank = self.ONE_EXAMPLE_PER_LINE[self.format]
+        remaining = index
+        for path in self.paths(split, data_dir):
+            with open(path, "rb") as f:
+                for number, line in enumerate(f, 1):
+                    if number <= header_lines or (skip_blank and not line.strip()):
+                        continue
+                    if remaining == 0:
+                        return f"{self.format} file {path}, line {number}"
+                    remaining -= 1
+        return None
 
     def describe(self):
         shown = "; ".join(f"{s}: {', '.join(map(str, p))}" for s, p in self.files.items())

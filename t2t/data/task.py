@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from t2t.errors import T2TError
 from t2t.registry import Registry, unknown_name_message
+from t2t.data.preprocessors import FieldError
 from t2t.data.sources import DataNotFoundError
 from t2t.data.tokenized import eval_examples
 from t2t.data.mixing import is_proportional, with_rate_options
@@ -203,15 +204,18 @@ class Task:
         """Preprocessed examples in source order: raw fields plus ``inputs``/``targets`` strings; an example
         that a preprocessor expands gives its examples one after the other.
 
-        An empty split is an error (a silently empty task would just never be sampled).
+        An empty split is an error (a silently empty task would just never be sampled). An example the
+        preprocessors cannot read is one sentence naming it by file and line where the source can tell.
         """
         read = kept = 0
         for example in self.raw_examples(split, data_dir):
             try:  # the preprocessors only: reading raises its own errors (a UnicodeDecodeError is a ValueError)
                 outs = self.preprocess_all(example)
+            except FieldError as e:
+                raise T2TError(f"task {self.name!r}: {self.example_location(split, read, data_dir)} {e.problem}; "
+                               f"{e.fix}.") from None
             except PREPROCESSOR_ERRORS as e:
-                raise preprocessing_failure(self, f"example {read} of split {split!r} (counting from 0 in the data's "
-                                                  f"order)", example, e) from None
+                raise preprocessing_failure(self, self.example_location(split, read, data_dir), example, e) from None
             read += 1
             for out in outs:
                 kept += 1
@@ -222,6 +226,13 @@ class Task:
         if kept == 0:
             raise T2TError(f"the preprocessors of task {self.name!r} drop all {read} examples of split "
                            f"{split!r}; check the data and the filters.")
+
+    def example_location(self, split: str, index: int, data_dir: str | os.PathLike | None = None) -> str:
+        """Example ``index`` of ``split`` as an error names it: its file and line where the source can tell
+        (``Source.locate``), else its place in the split."""
+        locate = getattr(self.source, "locate", None)
+        location = locate(split, index, data_dir) if callable(locate) else None
+        return location or f"example {index} of split {split!r} (counting from 0 in the data's order)"
 
     # ---------------------------------------------------------------- sizes
     def known_num_examples(self, split: str) -> int | None:

@@ -52,6 +52,25 @@ def test_glob_and_several_files(tmp_path):
     assert [r["text"] for r in rows] == ["a fine film", "dull"]
 
 
+def test_locate_gives_the_file_and_line_of_an_example(tmp_path):
+    """Counted as the builders read: JSON lines skip blank lines, a TSV also its header; several files in order."""
+    (tmp_path / "part-0.jsonl").write_text('{"text": "a"}\n\n   \n{"text": "b"}\n')
+    (tmp_path / "part-1.jsonl").write_text('\n{"text": "c"}\n')
+    jsonl = JsonlFiles({"train": str(tmp_path / "part-*.jsonl")})
+    assert [r["text"] for r in jsonl.load("train")] == ["a", "b", "c"]
+    assert [jsonl.locate("train", i) for i in range(4)] == [
+        f"jsonl file {tmp_path / 'part-0.jsonl'}, line 1", f"jsonl file {tmp_path / 'part-0.jsonl'}, line 4",
+        f"jsonl file {tmp_path / 'part-1.jsonl'}, line 2", None]
+    (tmp_path / "a.tsv").write_text("text\tlabel\nhello\t1\n\nbye\t0\n")
+    tsv = TsvFiles({"train": str(tmp_path / "a.tsv")})
+    assert [r["text"] for r in tsv.load("train")] == ["hello", "bye"]
+    assert tsv.locate("train", 1) == f"tsv file {tmp_path / 'a.tsv'}, line 4"
+    # a CSV record may span lines, and Python data has no file: neither says where
+    (tmp_path / "a.csv").write_text('text,label\n"two\nlines",1\n')
+    assert CsvFiles({"train": str(tmp_path / "a.csv")}).locate("train", 0) is None
+    assert InMemorySource({"train": ROWS}).locate("train", 0) is None
+
+
 def test_missing_file_is_data_not_found(tmp_path):
     with pytest.raises(DataNotFoundError, match=r"nope\.jsonl.*does not exist"):
         JsonlFiles({"train": "nope.jsonl"}).load("train", tmp_path)

@@ -265,25 +265,91 @@ def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
 
 def test_a_row_without_the_fields_the_preprocessors_read_is_one_sentence(tmp_path, custom_task_module):
     """The docs' task on a JSON-lines row without fields (they read as None) and on a TSV whose header renamed
-    'label': the error names the task, split, example, exception and the fields the example has."""
+    'label': the error names the task, the file and line, the field and the fields the example has."""
     from t2t.data.sources import TsvFiles
 
     (tmp_path / "sentiment").mkdir()
     (tmp_path / "sentiment" / "validation.jsonl").write_text('{"text": "fine", "label": "positive"}\n{}\n')
     load_modules([str(custom_task_module)])
     task = get_task("my_sentiment")
-    with pytest.raises(T2TError, match=r"^task 'my_sentiment' cannot preprocess example 1 of split 'validation' "
-                                       r"\(counting from 0 in the data's order\): TypeError: 'NoneType' object is "
-                                       r"not subscriptable; the example has fields text, label, of which text, label "
-                                       r"are None \(a field missing from a JSON-lines file reads as None\); fix"):
+    path = tmp_path / "sentiment" / "validation.jsonl"
+    with pytest.raises(T2TError, match=rf"^task 'my_sentiment': jsonl file {re.escape(str(path))}, line 2 has no "
+                                       rf"field 'text' \(it has none\); add 'text' to it, or leave it out of the "
+                                       rf"data\.$"):
         list(task.text_examples("validation", tmp_path))
 
     (tmp_path / "renamed.tsv").write_text("text\tlabl\nfine\tpositive\n")
     renamed = dataclasses.replace(task, source=TsvFiles({"validation": str(tmp_path / "renamed.tsv")}))
-    with pytest.raises(T2TError, match=r"example 0 of split 'validation' .*: KeyError: 'label'; the example has "
-                                       r"fields text, labl; fix that example in the data or make the preprocessors "
-                                       r"handle it\.$"):
+    with pytest.raises(T2TError, match=r"renamed\.tsv, line 2 has no field 'label' \(its fields: text, labl\)"):
         list(renamed.text_examples("validation"))
+
+
+@pytest.mark.parametrize("lines, line, said", [
+    (['{"text": "fine", "label": "positive"}', '{"label": "positive"}'], 2,
+     "has no field 'text' (its fields: label); add 'text' to it, or leave it out of the data."),
+    (['{"text": "fine", "label": "positive"}', '{"text": "good", "label": "positive"}',
+      '{"text": 5, "label": "positive"}'], 3,
+     "has 5 in field 'text' where text is expected; make it a string."),
+    (['{"text": 5, "label": "positive"}', '{"text": 7, "label": "negative"}'], 1,  # a number in every line
+     "has 5 in field 'text' where text is expected; make it a string."),
+    (['{"text": "fine", "label": null}'], 1,
+     "has no field 'label' (its fields: text); add 'label' to it, or leave it out of the data."),
+    (['{"text": ["a", "list"], "label": "positive"}'], 1,
+     "has ['a', 'list'] in field 'text' where text is expected; make it a string."),
+])
+def test_the_docs_task_never_trains_on_a_missing_or_non_string_field(lines, line, said, tmp_path,
+                                                                      custom_task_module):
+    """Such a line used to become the input "sentiment: None" (or "sentiment: 5") with exit 0."""
+    path = tmp_path / "sentiment" / "train.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    load_modules([str(custom_task_module)])
+    with pytest.raises(T2TError) as info:
+        list(get_task("my_sentiment").text_examples("train", tmp_path))
+    assert str(info.value) == f"task 'my_sentiment': jsonl file {path}, line {line} {said}"
+
+
+def test_t2t_show_refuses_the_line_in_one_sentence(tmp_path, custom_task_module, capsys):
+    from t2t.cli import show_main
+
+    path = tmp_path / "sentiment" / "validation.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"text": "fine", "label": "positive"}\n{"label": "positive"}\n')
+    code = show_main(["--module", str(custom_task_module), "--task", "sentiment", "--data-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "None" not in out
+    assert err == (f"error: task 'my_sentiment': jsonl file {path}, line 2 has no field 'text' (its fields: label); "
+                   f"add 'text' to it, or leave it out of the data.\n")
+
+
+def test_a_regression_task_still_reads_numbers_from_json_lines(tmp_path):
+    """Numbers where a task wants them (a float score, ints among floats) are read as they are."""
+    from t2t.data.preprocessors import text_field
+
+    def score_to_text(example):
+        return {"inputs": f"rate: {text_field(example, 'text')}", "targets": f"{float(example['score']):.1f}"}
+
+    path = tmp_path / "scores.jsonl"
+    path.write_text('{"text": "great", "score": 4.5}\n{"text": "bad", "score": 1}\n')
+    task = Task("scores", JsonlFiles({"train": str(path)}), preprocessors=[score_to_text])
+    assert [(e["inputs"], e["targets"]) for e in task.text_examples("train")] == [("rate: great", "4.5"),
+                                                                                  ("rate: bad", "1.0")]
+
+
+def test_a_failing_preprocessor_names_the_line_of_a_file_and_the_place_of_python_data(tmp_path):
+    def question_to_answer(example):
+        return {"inputs": example["question"], "targets": example["answer"]}
+
+    path = tmp_path / "qa.jsonl"
+    path.write_text('\n{"question": "why?"}\n')  # no line has an answer: the rows have no such field
+    in_file = Task("qa", JsonlFiles({"train": str(path)}), preprocessors=[question_to_answer])
+    with pytest.raises(T2TError, match=rf"^task 'qa' cannot preprocess jsonl file {re.escape(str(path))}, line 2: "
+                                       rf"KeyError: 'answer'; the example has fields question; fix"):
+        list(in_file.text_examples("train"))
+    in_memory = Task("qa", InMemorySource({"train": [{"question": "why?"}]}), preprocessors=[question_to_answer])
+    with pytest.raises(T2TError, match=r"cannot preprocess example 0 of split 'train' \(counting from 0 in the "
+                                       r"data's order\): KeyError: 'answer'"):
+        list(in_memory.text_examples("train"))
 
 
 # ---------------------------------------------------------------------------------------------- T5's lengths
