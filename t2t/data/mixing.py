@@ -93,12 +93,41 @@ def rate_unsupervised(value: float = 1e6):
         return float(value)
 
     rate.__name__ = f"rate_unsupervised({value})"
+    rate.fixed = True
     return rate
 
 
 def rate_equal(value: float = 1.0):
     """Equal mixing: the same rate for every task."""
     return rate_unsupervised(value)
+
+
+FIXED = "fixed"  # what describe_rate calls a number or rate_unsupervised: the same value whatever the data
+
+
+def describe_rate(rate) -> str:
+    """A rate's strategy as a user would write it, for listings (``t2t-tasks``): ``"examples-proportional,
+    K=2^19, temperature 2.0"`` (per-task sizes and scales are the values, not the strategy), ``FIXED`` for a
+    number or ``rate_unsupervised``, else the function's name."""
+    if is_proportional(rate):
+        options = rate.options
+        parts = ["examples-proportional"]
+        if options["maximum"] is not None:
+            parts.append(f"K={format_limit(options['maximum'])}")
+        if options["temperature"] != 1.0:
+            parts.append(f"temperature {float(options['temperature'])}")
+        if options["split"] != "train":
+            parts.append(f"sizes of split {options['split']!r}")
+        return ", ".join(parts)
+    if not callable(rate) or getattr(rate, "fixed", False):
+        return FIXED
+    return getattr(rate, "__name__", repr(rate))
+
+
+def format_limit(maximum: float) -> str:
+    """K as the paper writes it: a power of two as ``2^19``, any other limit as a plain number."""
+    exponent = math.log2(maximum)
+    return f"2^{int(exponent)}" if exponent == int(exponent) and exponent >= 8 else f"{maximum:g}"
 
 
 def normalize_rates(rates: Mapping[str, float]) -> dict[str, float]:

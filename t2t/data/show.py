@@ -6,7 +6,8 @@
 - ``show_raw(name, split, n, data_dir)``: the source's examples before preprocessing (what ``t2t-predict
   --task`` reads, one JSON object per line).
 - ``registry_table(data_dir)``: one row per registered task and mixture (name, kind, aliases, split sizes where
-  known, local data found, member rates); ``format_registry_table`` renders it as text.
+  known, local data found, member rates and their strategies); ``format_registry_table`` renders it as text,
+  a mixture's members grouped by strategy ("examples-proportional, K=2^19", "equal", ...) and long lists cut.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import itertools
 from typing import Iterator
 
 from t2t.errors import T2TError
+from t2t.data.mixing import FIXED, describe_rate, is_proportional
 from t2t.data.sources import resolve_data_dir
 from t2t.data.task import MIXTURES, TASKS, Mixture, Task, load_builtin_modules, get_task, get_task_or_mixture
 
 SHOW_CHUNK = 256
+MEMBERS_SHOWN = 3  # per strategy on a mixture's line of t2t-tasks; the others are counted
+EVALUATION_ONLY = "rate 0, evaluation only"
+EQUAL = "equal"
 
 
 def show_examples(name: str, split: str = "validation", n: int | None = 5, with_tokens: bool = False, vocab=None,
@@ -89,23 +94,34 @@ def registry_table(data_dir=None) -> list[dict]:
     for name in MIXTURES.names():
         mixture = MIXTURES.get(name)
         rows.append({"name": name, "kind": "mixture", "aliases": sorted(aliases.get(name, [])),
-                     "rates": {member: _shown_rate(member, rate) for member, rate in mixture.tasks}})
+                     "rates": {member: _shown_rate(member, rate) for member, rate in mixture.tasks},
+                     "strategies": {member: describe_rate(rate) for member, rate in mixture.tasks}})
     return rows
 
 
-def _shown_rate(member: str, rate):
-    """A number where it is known without reading data, else the rate function's name."""
+def _shown_rate(member: str, rate) -> float | None:
+    """The rate's value where it is known without reading data, else None."""
     if not callable(rate):
         return float(rate)
     if member not in TASKS:
-        return getattr(rate, "__name__", repr(rate))
+        return None
     task = get_task(member)
-    if getattr(rate, "takes_data_dir", False) and task.known_num_examples("train") is None:
-        return getattr(rate, "__name__", repr(rate))
+    if getattr(rate, "takes_data_dir", False) and not _known_without_data(rate, task):
+        return None
     try:
         return float(rate(task))
     except T2TError:
-        return getattr(rate, "__name__", repr(rate))
+        return None
+
+
+def _known_without_data(rate, task: Task) -> bool:
+    """Whether an examples-proportional rate needs no data for ``task``: a written-down size, a size the
+    source declares, or a task without the rate's split (rate 0)."""
+    if not is_proportional(rate):
+        return False
+    split = rate.options["split"]
+    return (rate.options["num_examples"] is not None or task.known_num_examples(split) is not None
+            or split not in task.splits)
 
 
 def format_registry_table(data_dir=None) -> str:
@@ -118,10 +134,31 @@ def format_registry_table(data_dir=None) -> str:
             local = f"  local: {', '.join(row['local_splits']) or 'none'}" if "local_splits" in row else ""
             lines.append(f"task     {row['name']}{alias}  [{splits}]{local}")
         else:
-            rates = ", ".join(f"{m}={_fmt(r)}" for m, r in row["rates"].items())
-            lines.append(f"mixture  {row['name']}{alias}  [{rates}]")
+            lines.append(f"mixture  {row['name']}{alias}  {format_mixture_rates(row['rates'], row['strategies'])}")
     return "\n".join(lines) if lines else "no tasks or mixtures are registered; pass --module to load some."
 
 
-def _fmt(rate) -> str:
-    return f"{rate:g}" if isinstance(rate, float) else str(rate)
+def format_mixture_rates(rates: dict[str, float | None], strategies: dict[str, str]) -> str:
+    """A mixture's members grouped by strategy, in order: ``"examples-proportional (8 tasks): glue_cola_v002=8551,
+    ... (+5 more); rate 0, evaluation only (3 tasks): ..."``, and ``"equal (29 tasks): ..."`` where every member
+    sampled has the same fixed rate. A value is ``?`` where it needs the data."""
+    groups: dict[str, list[str]] = {}
+    for member, value in rates.items():
+        groups.setdefault(EVALUATION_ONLY if value == 0 else strategies[member], []).append(member)
+    sampled = [strategy for strategy in groups if strategy != EVALUATION_ONLY]
+    if sampled == [FIXED] and len({rates[member] for member in groups[FIXED]}) == 1:
+        groups = {(EQUAL if strategy == FIXED else strategy): members for strategy, members in groups.items()}
+    return "; ".join(_member_list(strategy, members, None if strategy in (EQUAL, EVALUATION_ONLY) else rates)
+                     for strategy, members in groups.items())
+
+
+def _member_list(strategy: str, members: list[str], rates: dict[str, float | None] | None) -> str:
+    shown = [f"{m}={_fmt(rates[m])}" if rates else m for m in members[:MEMBERS_SHOWN]]
+    more = f", ... (+{len(members) - MEMBERS_SHOWN} more)" if len(members) > MEMBERS_SHOWN else ""
+    return f"{strategy} ({len(members)} task{'s' if len(members) != 1 else ''}): {', '.join(shown)}{more}"
+
+
+def _fmt(rate: float | None) -> str:
+    if rate is None:
+        return "?"
+    return str(int(rate)) if rate.is_integer() and abs(rate) < 1e15 else f"{rate:g}"

@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 
 from t2t.errors import T2TError
-from t2t.data.mixing import (MixtureSampler, draw_rng, epoch_permutation, normalize_rates, rate_equal,
-                        rate_num_examples, rate_unsupervised, sampled_counts, stable_hash)
+from t2t.data.mixing import (FIXED, MixtureSampler, describe_rate, draw_rng, epoch_permutation, normalize_rates,
+                             rate_equal, rate_num_examples, rate_unsupervised, sampled_counts, stable_hash)
 from t2t.testing import in_memory_task
 
 
@@ -104,3 +104,18 @@ def test_draw_rng_and_stable_hash_are_recorded_values():
     draws = {draw_rng(*args).random() for args in [(0, "t", 1, 2), (1, "t", 1, 2), (0, "u", 1, 2),
                                                    (0, "t", 2, 2), (0, "t", 1, 3)]}
     assert len(draws) == 5
+
+
+def test_rates_are_described_as_a_user_writes_them():
+    def my_rate(task):
+        return 2.0
+
+    assert describe_rate(rate_num_examples()) == "examples-proportional"
+    assert describe_rate(rate_num_examples(maximum=2 ** 19)) == "examples-proportional, K=2^19"
+    assert describe_rate(rate_num_examples(maximum=524288.0, temperature=2)) == \
+        "examples-proportional, K=2^19, temperature 2.0"
+    assert describe_rate(rate_num_examples(maximum=1e5, num_examples=300, scale=0.5)) == \
+        "examples-proportional, K=100000"  # a written-down size and a scale are the task's value, not the strategy
+    assert describe_rate(rate_num_examples(split="validation")) == "examples-proportional, sizes of split 'validation'"
+    assert describe_rate(1.0) == describe_rate(rate_unsupervised()) == FIXED
+    assert describe_rate(my_rate) == "my_rate"
