@@ -24,6 +24,7 @@ from t2t.checkpoints.files import (assign_weights, check_state_dict, expected_sh
                                    read_safetensors, torch_load, write_text, write_with)
 from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
 from t2t.errors import T2TError, error_summary
+from t2t.models.decoding import ALPHA
 from t2t.models.t5 import T5, ModelConfig
 from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, sentencepiece_spec
 from t2t.hub import hub_failure
@@ -299,6 +300,7 @@ def _hub_error(repo_id: str, e: Exception) -> T2TError:
 
 
 GENERATION_FILE = "generation_config.json"
+T5_BEAMS = 4  # the T5 paper's beam search (translation, summaries): 4 beams, length penalty alpha 0.6
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_FILES = (VOCAB_FILE, TOKENIZER_JSON, "tokenizer_config.json")
 _EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, *TOKENIZER_FILES}
@@ -338,9 +340,17 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
 
 
 def generation_config(cfg: ModelConfig) -> dict:
-    """The special ids ``generate`` needs (what save_pretrained writes to generation_config.json)."""
+    """The special ids ``generate`` needs and T5's beam search as transformers can say it: 4 beams, ``length_penalty``
+    T5's alpha (0.6) and ``early_stopping`` "never", the search t2t runs (t2t.models.decoding.beam_search).
+
+    transformers' penalty is ``length ** length_penalty`` where T5's is ``((5 + length) / 6) ** alpha``, so
+    where the two rank a short hypothesis against a longer one differently the decodes can differ
+    (``t5_length_penalty`` says where). The beams are set because transformers warns about a length penalty
+    with one beam, and 4.x refuses to save such a config (``save_pretrained`` raises); so transformers'
+    ``generate()`` searches 4 beams by default, as T5 decoded translation and summaries, while
+    ``t2t-predict`` is greedy unless ``--beam-size`` says otherwise: pass ``num_beams=1`` for greedy."""
     return {"decoder_start_token_id": cfg.decoder_start_id, "eos_token_id": cfg.eos_id,
-            "pad_token_id": cfg.pad_id}
+            "pad_token_id": cfg.pad_id, "num_beams": T5_BEAMS, "length_penalty": ALPHA, "early_stopping": "never"}
 
 
 def _export_dir(out: Path) -> Path:

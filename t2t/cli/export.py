@@ -13,7 +13,8 @@ from t2t.data.vocab import load_vocabulary
 EXAMPLES = """\
   t2t-export --checkpoint runs/glue-small --to hf exported/glue-small
 then, in Python: T5ForConditionalGeneration.from_pretrained("exported/glue-small") and
-                 AutoTokenizer.from_pretrained("exported/glue-small")
+                 AutoTokenizer.from_pretrained("exported/glue-small"); its generate() searches 4 beams
+                 (T5's beam search, length_penalty 0.6): num_beams=1 is t2t-predict's greedy default
 """
 
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from t2t.models.kernels import many_graphs, packed_weights
 
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
+ALPHA = 0.6  # beam search's length penalty exponent, T5's (and t5x's, GNMT's) default
 
 log = logging.getLogger(__name__)
 _first_compiled_call: list[float] = []  # its seconds, once this process has made it: mostly compiling
@@ -164,7 +165,7 @@ def _mark_varying_sizes(tokens: torch.Tensor, cache) -> None:
 
 @torch.no_grad()
 def generate(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int | None = None, *,
-             num_beams: int | None = None, alpha: float = 0.6, temperature: float = 0.0, top_k: int = 0,
+             num_beams: int | None = None, alpha: float = ALPHA, temperature: float = 0.0, top_k: int = 0,
              top_p: float = 1.0, generator: torch.Generator | None = None, min_new_tokens: int = 0,
              compile: bool = False, cuda_graph: bool = True, max_length: int | None = None,
              beam_size: int | None = None, seed: int | None = None) -> torch.Tensor:
@@ -279,13 +280,19 @@ def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_toke
 
 def t5_length_penalty(alpha: float) -> Callable[[int], float]:
     """T5 / t5x / GNMT brevity penalty: a finished hypothesis of ``length`` tokens (EOS included) scores
-    ``sum(log p) / ((5 + length) / 6) ** alpha``."""
+    ``sum(log p) / ((5 + length) / 6) ** alpha``.
+
+    transformers' beam search divides by ``length ** length_penalty`` instead, and no value of it gives T5's
+    choices: between lengths a and b, T5's penalties differ by ``((5 + b) / (5 + a)) ** alpha``, transformers'
+    by ``(b / a) ** length_penalty``. With ``length_penalty = alpha`` (what t2t's Hugging Face export writes)
+    the two agree as hypotheses grow longer than a few tokens; on short ones T5 favours length less (its
+    exponent is in effect ``alpha * length / (5 + length)``), so the searches can pick different hypotheses."""
     return lambda length: ((5.0 + length) / 6.0) ** alpha
 
 
 @torch.no_grad()
 def beam_search(model, encoder_input_tokens: torch.Tensor, max_new_tokens: int = 64, *, num_beams: int = 4,
-                alpha: float = 0.6, length_penalty: Callable[[int], float] | None = None,
+                alpha: float = ALPHA, length_penalty: Callable[[int], float] | None = None,
                 min_new_tokens: int = 0, compile: bool = False, cuda_graph: bool = True) -> torch.Tensor:
     """Beam search returning the best finished hypothesis per row.
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 transformers = pytest.importorskip("transformers", reason="export tests load the result with transformers")
 
@@ -21,7 +22,8 @@ from t2t.checkpoints.native import save_checkpoint  # noqa: E402
 from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError  # noqa: E402
 from t2t.checkpoints.hf import to_hf  # noqa: E402
-from t2t.models.t5 import T5, resolve_model_config  # noqa: E402
+from t2t.models import decoding  # noqa: E402
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config  # noqa: E402
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary  # noqa: E402
 from t2t.training.train import TrainConfig, train  # noqa: E402
 from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary  # noqa: E402
@@ -231,3 +233,36 @@ def test_an_export_without_a_vocabulary_leaves_no_earlier_tokenizer_behind(train
     to_hf(load_model(trained_run), tmp_path / "hf")
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "generation_config.json",
                                                                    "model.safetensors"]
+
+
+def test_exported_generation_config_is_t5s_beam_search_as_transformers_has_it(tmp_path):
+    """generation_config.json: 4 beams, length_penalty 0.6 and early_stopping "never" (transformers refuses to
+    save a length_penalty with one beam), so transformers' default decode is t2t's beam search under
+    transformers' penalty, length ** 0.6; where T5's ((5 + length) / 6) ** 0.6 picks the same hypotheses, it is
+    what t2t-predict --beam-size 4 gives."""
+    torch.manual_seed(0)
+    ours = T5(ModelConfig(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                          dropout_rate=0.0)).eval()
+    with torch.no_grad():
+        ours.shared.weight[1] *= 2.0  # EOS likely enough that some hypotheses end at once and others run on
+    to_hf(ours, tmp_path / "hf")
+    written = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    # "never": the search t2t runs (a row stops once no live beam can win); transformers' default guesses
+    assert (written["num_beams"], written["length_penalty"], written["early_stopping"]) == (4, 0.6, "never")
+    hf = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+    enc = torch.randint(2, 128, (16, 12), generator=torch.Generator().manual_seed(1))
+
+    theirs = hf.generate(input_ids=enc, max_new_tokens=16)[:, 1:]  # the start token dropped
+    theirs = theirs.masked_fill((theirs == 1).long().cumsum(1) - (theirs == 1).long() > 0, 0)  # EOS-filled: pad
+    hf_penalty = decoding.beam_search(ours, enc, 16, num_beams=4, length_penalty=lambda n: n ** 0.6)
+    assert torch.equal(theirs[:, :hf_penalty.shape[1]], hf_penalty) and not theirs[:, hf_penalty.shape[1]:].any()
+    assert not torch.equal(hf_penalty, ours.generate(enc, max_new_tokens=16)), "beam search should beat greedy here"
+
+    t5_penalty = ours.generate(enc, max_new_tokens=16, beam_size=4)  # t2t-predict --beam-size 4
+    width = max(t5_penalty.shape[1], theirs.shape[1])
+    t5_penalty, theirs = F.pad(t5_penalty, (0, width - t5_penalty.shape[1])), F.pad(theirs, (0, width - theirs.shape[1]))
+    same = [torch.equal(a, b) for a, b in zip(t5_penalty, F.pad(hf_penalty, (0, width - hf_penalty.shape[1])))]
+    assert torch.equal(theirs[same], t5_penalty[same])
+    assert sum(same) == 14  # the penalties pick different hypotheses on 2 of the 16 rows
+
+    hf.save_pretrained(tmp_path / "saved")  # transformers 4 refuses a beam setting without beams
