@@ -385,8 +385,12 @@ def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
     loads with transformers alone; without it transformers converts spiece.model and needs protobuf. The
     config names ``PreTrainedTokenizerFast`` rather than ``T5Tokenizer``, because transformers 5's T5Tokenizer
     replaces the file's pre-tokenizer with one that puts a "▁" after every sentinel ("<extra_id_0>." gets an
-    extra id), while this file encodes as seqio does. A BPE vocabulary has no such file (its merges are not in
-    the .model): its config names ``T5Tokenizer``, which converts spiece.model (protobuf needed)."""
+    extra id), while this file encodes as seqio does. It decodes as transformers' own T5 tokenizer does (built
+    from the same spiece.model), not as sentencepiece: only the first piece's "▁" is dropped (``[3, 1465]``,
+    "▁" "▁positive", is " positive", where sentencepiece and t2t-predict give "positive") and sentinels are
+    written without sentencepiece's spaces, so the export reads like Google's T5 folders on the hub. A BPE
+    vocabulary has no such file (its merges are not in the .model): its config names ``T5Tokenizer``, which
+    converts spiece.model (protobuf needed)."""
     write_with(out / "spiece.model", lambda p: Path(p).write_bytes(vocabulary.model_bytes))
     special = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512,
                "extra_ids": vocabulary.extra_ids,

@@ -144,6 +144,27 @@ def test_export_vocab_flag_overrides_the_runs_and_says_so(tmp_path, capsys):
     assert f"using --vocab {other} instead of the run's vocabulary ({vocab.path})" in capsys.readouterr().out
 
 
+def test_exported_tokenizer_decodes_as_transformers_own_t5_tokenizer(t5_vocab_path, tmp_path):
+    """transformers' own T5 tokenizer, built from the same spiece.model, decodes [3, 1465] ("▁", "▁positive")
+    to " positive" where sentencepiece (and so t2t-predict) gives "positive": its decoder drops the "▁" of the
+    first piece only, sentencepiece every leading one, and it writes sentinels without sentencepiece's spaces.
+    The export decodes as transformers' own, so that it reads like Google's T5 folders on the hub."""
+    pytest.importorskip("sentencepiece", reason="transformers converts spiece.model with sentencepiece")
+    pytest.importorskip("google.protobuf", reason="transformers converts spiece.model with protobuf")
+    vocab = SentencePieceVocabulary(t5_vocab_path)
+    assert export("--checkpoint", str(random_run(tmp_path, vocab)), "--to", "hf", str(tmp_path / "hf")) == 0
+    (tmp_path / "spiece_only").mkdir()
+    shutil.copyfile(t5_vocab_path, tmp_path / "spiece_only" / "spiece.model")
+    theirs = transformers.T5TokenizerFast.from_pretrained(tmp_path / "spiece_only")
+    ours = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    cases = [[3, 1465], [3, 1465, 1], [3, 3, 1465], [1465, 3], [0, 3, 1465, 1, 0], [32099, 3, 1465],
+             [32099, 1465, 32098], [10, 32099, 5, 1]] + [vocab.encode(text) for text in SAMPLES]
+    for ids in cases:
+        for skip in (False, True):
+            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip), ids
+    assert (ours.decode([3, 1465]), vocab.decode([3, 1465])) == (" positive", "positive")
+
+
 # AutoTokenizer in a python that cannot import protobuf (as after `pip install transformers` alone): the ids of
 # each line of stdin, as JSON
 _NO_PROTOBUF_TOKENIZER = """
