@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,6 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
+from t2t.checkpoints import durable
 from t2t.checkpoints.files import (assign_weights, check_state_dict, expected_shapes, read_json,
                                    read_safetensors, torch_load, write_text, write_with)
 from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
@@ -304,6 +306,7 @@ T5_BEAMS = 4  # the T5 paper's beam search (translation, summaries): 4 beams, le
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_FILES = (VOCAB_FILE, TOKENIZER_JSON, "tokenizer_config.json")
 _EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, *TOKENIZER_FILES}
+OLD_PREFIX = ".old-"  # an earlier export, renamed aside while the new one takes its name
 
 
 def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path:
@@ -312,7 +315,10 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
     SentencePieceVocabulary or a .model path) also the tokenizer files ``AutoTokenizer`` reads.
 
     ``out_dir`` is new, or holds only files an earlier export wrote: other weight files beside ours could
-    be what a loader picks up."""
+    be what a loader picks up. The export is written whole in a new folder beside it, then swapped in
+    (``_swap_in``): a failure (a full disk) leaves the earlier export as it was, files are never written
+    through a symbolic link planted in ``out_dir``, and no file of an earlier export (its tokenizer, for
+    another vocabulary) stays beside the new one."""
     if model.config.adapter_dim:
         raise T2TError("Hugging Face's T5 has no adapter layers, so a model with adapters cannot be exported; "
                        "fine-tune without transfer.adapter_dim to export.")
@@ -322,21 +328,36 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
     vocabulary = _checked_vocabulary(vocabulary, model.config) if vocabulary is not None else None
     out = _export_dir(Path(out_dir))
     tensors = {hf_key(k): v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    new = out.with_name(f"{TMP_PREFIX}{out.name}.{os.getpid()}")
     try:
-        tmp = out / f"{TMP_PREFIX}{MODEL_FILE}"
-        write_with(tmp, lambda p: save_file(tensors, p, {"format": "pt"}))
-        os.replace(tmp, out / MODEL_FILE)
-        write_text(out / CONFIG_FILE, json.dumps(model_config_to_hf(model.config), indent=2))
-        write_text(out / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
+        new.mkdir()  # the user's umask applies
+        write_with(new / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
+        write_text(new / CONFIG_FILE, json.dumps(model_config_to_hf(model.config), indent=2))
+        write_text(new / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
         if vocabulary is not None:
-            _write_tokenizer(vocabulary, out)
-        else:  # an earlier export's tokenizer would be read as this model's
-            for name in TOKENIZER_FILES:
-                (out / name).unlink(missing_ok=True)
-    except OSError as e:
-        raise T2TError(f"cannot write the export to {out}: {e.strerror or e}; free space or choose another "
-                       f"folder.") from None
+            _write_tokenizer(vocabulary, new)
+        durable.fsync_dir(new)
+        _swap_in(new, out)
+    except BaseException as e:
+        shutil.rmtree(new, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise durable.write_error(e, f"the Hugging Face export {out}") from None
+        raise
     return out
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Give the finished folder ``new`` the name ``out``. An earlier export there is renamed aside first and
+    deleted after, so a reader finds the earlier export or the new one, each whole (only a kill between the
+    two renames leaves neither at ``out``, and the earlier one as ``.old-<name>.<pid>`` beside it)."""
+    old = out.with_name(f"{OLD_PREFIX}{out.name}.{os.getpid()}")
+    had_one = out.exists()
+    if had_one:
+        os.replace(out, old)
+    os.replace(new, out)
+    durable.fsync_dir(out.parent)
+    if had_one:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def generation_config(cfg: ModelConfig) -> dict:
@@ -354,6 +375,9 @@ def generation_config(cfg: ModelConfig) -> dict:
 
 
 def _export_dir(out: Path) -> Path:
+    """``out`` checked (a folder an earlier export wrote, or new), with its parent folder made."""
+    if out.is_symlink():
+        raise T2TError(f"export folder {out} is a symbolic link; pass the folder it names ({out.resolve()}).")
     if out.exists() and not out.is_dir():
         raise T2TError(f"export folder {out} is a file; pass a folder to write the model into.")
     others = sorted(p.name for p in out.iterdir() if p.name not in _EXPORT_FILES) if out.is_dir() else []
@@ -362,7 +386,7 @@ def _export_dir(out: Path) -> Path:
         raise T2TError(f"export folder {out} holds files an export does not write ({shown}); choose a new "
                        f"folder or empty it.")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise T2TError(f"cannot create export folder {out}: {e.strerror or e}; choose a writable place.") from None
     return out
@@ -391,12 +415,11 @@ def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
     written without sentencepiece's spaces, so the export reads like Google's T5 folders on the hub. A BPE
     vocabulary has no such file (its merges are not in the .model): its config names ``T5Tokenizer``, which
     converts spiece.model (protobuf needed)."""
-    write_with(out / "spiece.model", lambda p: Path(p).write_bytes(vocabulary.model_bytes))
+    durable.write_file(out / VOCAB_FILE, vocabulary.model_bytes)
     special = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512,
                "extra_ids": vocabulary.extra_ids,
                "additional_special_tokens": [f"<extra_id_{i}>" for i in range(vocabulary.extra_ids)]}
     spec = sentencepiece_spec(vocabulary.model_bytes)
-    (out / TOKENIZER_JSON).unlink(missing_ok=True)  # an earlier export's, for another vocabulary
     if spec["model_type"] != SPM_UNIGRAM:
         logger.warning("the vocabulary %s is not a unigram model, so the export has no tokenizer.json; "
                        "AutoTokenizer will need sentencepiece and protobuf to read spiece.model", vocabulary.path)

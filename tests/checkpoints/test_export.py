@@ -3,8 +3,10 @@ and token ids as t2t."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ transformers = pytest.importorskip("transformers", reason="export tests load the
 
 from t2t import cli  # noqa: E402
 from t2t import config  # noqa: E402
+from t2t.checkpoints import durable  # noqa: E402
 from t2t.checkpoints.native import save_checkpoint  # noqa: E402
 from t2t.checkpoints.loading import load_model
 from t2t.errors import T2TError  # noqa: E402
@@ -165,6 +168,50 @@ def test_exported_tokenizer_decodes_as_transformers_own_t5_tokenizer(t5_vocab_pa
     assert (ours.decode([3, 1465]), vocab.decode([3, 1465])) == (" positive", "positive")
 
 
+def test_a_full_disk_during_an_export_leaves_the_earlier_export_whole(tmp_path, capsys, monkeypatch):
+    """config.json and the tokenizer files were rewritten in place: a disk that filled up while tokenizer.json
+    was written left the new weights beside a truncated tokenizer.json, which AutoTokenizer cannot read."""
+    vocab, out = tiny_vocabulary(), tmp_path / "hf"
+    assert export("--checkpoint", str(random_run(tmp_path / "a", vocab, vocab_size=512)), "--to", "hf", str(out)) == 0
+    earlier = {path.name: path.read_bytes() for path in out.iterdir()}
+    real_write = durable.write_file
+
+    def disk_fills_at_the_tokenizer(path, data):
+        if Path(path).name == "tokenizer.json":
+            real_write(path, bytes(data)[:100])  # part of it got out, then the disk was full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(path, data)
+
+    monkeypatch.setattr(durable, "write_file", disk_fills_at_the_tokenizer)
+    other = random_run(tmp_path / "b", vocab, vocab_size=512, d_ff=48)  # other weights, another config.json
+    assert export("--checkpoint", str(other), "--to", "hf", str(out)) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: cannot write the Hugging Face export {out} (No space left on device); free disk "
+                            f"space") and error.count("\n") == 1, error
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == earlier
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "hf"]  # no half-written folder left behind
+    transformers.AutoTokenizer.from_pretrained(out)
+    transformers.T5ForConditionalGeneration.from_pretrained(out)
+
+
+def test_an_export_never_writes_through_a_symbolic_link(tmp_path, capsys):
+    """A link planted in the export folder is replaced, not written through; the folder itself given as a link
+    is refused (the folder it names is what to pass)."""
+    run = random_run(tmp_path, tiny_vocabulary(), vocab_size=512)
+    out, precious = tmp_path / "hf", tmp_path / "precious.txt"
+    out.mkdir()
+    precious.write_text("keep me")
+    (out / "config.json").symlink_to(precious)
+    assert export("--checkpoint", str(run), "--to", "hf", str(out)) == 0
+    assert precious.read_text() == "keep me"
+    assert not (out / "config.json").is_symlink() and json.loads((out / "config.json").read_text())["d_model"] == 64
+
+    (tmp_path / "link").symlink_to(out)
+    assert export("--checkpoint", str(run), "--to", "hf", str(tmp_path / "link")) == 2
+    assert capsys.readouterr().err == (f"error: export folder {tmp_path / 'link'} is a symbolic link; pass the folder "
+                                       f"it names ({out}).\n")
+
+
 # AutoTokenizer in a python that cannot import protobuf (as after `pip install transformers` alone): the ids of
 # each line of stdin, as JSON
 _NO_PROTOBUF_TOKENIZER = """
@@ -281,8 +328,8 @@ def test_exported_generation_config_is_t5s_beam_search_as_transformers_has_it(tm
 
     t5_penalty = ours.generate(enc, max_new_tokens=16, beam_size=4)  # t2t-predict --beam-size 4
     width = max(t5_penalty.shape[1], theirs.shape[1])
-    t5_penalty, theirs = F.pad(t5_penalty, (0, width - t5_penalty.shape[1])), F.pad(theirs, (0, width - theirs.shape[1]))
-    same = [torch.equal(a, b) for a, b in zip(t5_penalty, F.pad(hf_penalty, (0, width - hf_penalty.shape[1])))]
+    t5_penalty, theirs, hf_penalty = (F.pad(ids, (0, width - ids.shape[1])) for ids in (t5_penalty, theirs, hf_penalty))
+    same = [torch.equal(a, b) for a, b in zip(t5_penalty, hf_penalty)]
     assert torch.equal(theirs[same], t5_penalty[same])
     assert sum(same) == 14  # the penalties pick different hypotheses on 2 of the 16 rows
 
