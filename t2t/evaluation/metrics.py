@@ -10,6 +10,8 @@ Where t5 is silent or quirky, t2t does the following (the numbers are otherwise 
 - ``bleu`` with several references per example transposes them into sacrebleu's reference streams
   (examples with fewer references are padded with None, which sacrebleu skips).
 - ``f1_score_with_invalid`` does not modify the caller's arrays.
+- ``trivia_qa`` and ``coqa_f1`` take a single answer string as one answer, as ``squad`` does (t5 would
+  iterate over its characters).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 import re
 import string
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import sacrebleu
@@ -217,14 +219,26 @@ def _sentence_lines(summary: str) -> str:
 
 
 def normalize_squad(answer: str) -> str:
-    """The official SQuAD normalisation: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
-    answer = answer.lower()
-    answer = "".join(ch for ch in answer if ch not in _PUNCTUATION)
+    """The official SQuAD v1.1 normalisation: lowercase, drop ASCII punctuation, drop a/an/the, collapse
+    whitespace."""
+    return _normalize_answer(answer, _SQUAD_PUNCTUATION, "")
+
+
+def normalize_trivia_qa(answer: str) -> str:
+    """The official TriviaQA normalisation (t5's): as SQuAD's, except that punctuation (ASCII plus ‘ ’ ´)
+    becomes a space instead of vanishing, so "U.S." is "u s" where SQuAD has "us"."""
+    return _normalize_answer(answer, _TRIVIA_QA_PUNCTUATION, " ")
+
+
+def _normalize_answer(answer: str, punctuation: frozenset, replacement: str) -> str:
+    answer = "".join(replacement if ch in punctuation else ch for ch in answer.lower())
     answer = re.sub(r"\b(a|an|the)\b", " ", answer)
     return " ".join(answer.split())
 
 
-_PUNCTUATION = frozenset(string.punctuation)
+_SQUAD_PUNCTUATION = frozenset(string.punctuation)
+# TriviaQA's script also lists ` and _, which are ASCII punctuation already
+_TRIVIA_QA_PUNCTUATION = _SQUAD_PUNCTUATION | frozenset("‘’´")
 
 
 def _token_f1(target: str, prediction: str) -> float:
@@ -236,19 +250,86 @@ def _token_f1(target: str, prediction: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def _normalized_answers(name: str, targets: list, normalize: Callable[[str], str]) -> list[list[str]]:
+    """Each example's reference answers, normalised; a single string counts as one answer."""
+    answers = [[normalize(a) for a in ([t] if isinstance(t, str) else t)] for t in targets]
+    if any(not a for a in answers):
+        raise T2TError(f"metric {name} got an example with no reference answers; give every example at least one.")
+    return answers
+
+
+def _best_answer_scores(name: str, targets, predictions, normalize: Callable[[str], str]) -> dict:
+    """Exact match and token F1 × 100 of normalised texts, each the best over an example's answers (t5's
+    ``qa_metrics``): {"em", "f1"}."""
+    targets, predictions = _check(name, targets, predictions)
+    answers = _normalized_answers(name, targets, normalize)
+    predictions = [normalize(p) for p in predictions]
+    em = np.mean([max(float(a == p) for a in refs) for refs, p in zip(answers, predictions)])
+    f1 = np.mean([max(_token_f1(a, p) for a in refs) for refs, p in zip(answers, predictions)])
+    return {"em": 100 * float(em), "f1": 100 * float(f1)}
+
+
 def squad(targets, predictions) -> dict:
     """SQuAD exact match and token F1 × 100, each the best over an example's answers: {"em", "f1"}.
 
     ``targets`` holds a list of answer strings per example (a single string counts as one answer).
     """
-    targets, predictions = _check("squad", targets, predictions)
-    answers = [[normalize_squad(a) for a in ([t] if isinstance(t, str) else t)] for t in targets]
-    if any(not a for a in answers):
-        raise T2TError("metric squad got an example with no reference answers; give every example at least one.")
+    return _best_answer_scores("squad", targets, predictions, normalize_squad)
+
+
+def trivia_qa(targets, predictions) -> dict:
+    """TriviaQA exact match and token F1 × 100, as ``squad`` but with ``normalize_trivia_qa``: {"em", "f1"}."""
+    return _best_answer_scores("trivia_qa", targets, predictions, normalize_trivia_qa)
+
+
+def span_squad(targets, predictions) -> dict:
+    """SQuAD exact match and token F1 × 100 of answers predicted as word positions in the context: {"em", "f1"}.
+
+    Targets are dicts holding the example's "answers" (strings) and its "context"; a prediction reads
+    "start: 3 end: 6", the first and last word of the answer (words are runs of word characters, regex
+    ``\\w+``, counted from 0). As t5: the second and fourth words of the prediction are taken as the positions
+    whatever precedes them, and a prediction without them (a model early in training writes anything) is an
+    empty answer.
+    """
+    targets, predictions = _check("span_squad", targets, predictions)
+    if not all(isinstance(t, Mapping) and {"answers", "context"} <= t.keys() for t in targets):
+        raise T2TError(
+            f"metric span_squad needs each target as a dict with \"answers\" and \"context\", got e.g. {targets[0]!r}; "
+            "keep both fields in the postprocessed target."
+        )
+    spans = [_span_text(_WORD.findall(t["context"]), _WORD.findall(p)) for t, p in zip(targets, predictions)]
+    return _best_answer_scores("span_squad", [t["answers"] for t in targets], spans, normalize_squad)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _span_text(context_words: list[str], prediction_words: list[str]) -> str:
+    """The context's words from the predicted start to end position, inclusive; "" if they cannot be read."""
+    if len(prediction_words) < 4:
+        return ""
+    try:
+        start, end = int(prediction_words[1]), int(prediction_words[3])
+    except ValueError:
+        return ""
+    return " ".join(context_words[start:end + 1])
+
+
+def coqa_f1(targets, predictions) -> dict:
+    """CoQA's token F1 × 100, the best over an example's answers, averaged over the turns: {"f1"}.
+
+    Words are normalised as SQuAD's (the official CoQA script's rules are the same). Unlike ``squad``'s F1,
+    an answer with no words left that is predicted with none scores 1, as in t5.
+    """
+    targets, predictions = _check("coqa_f1", targets, predictions)
+    answers = _normalized_answers("coqa_f1", targets, normalize_squad)
     predictions = [normalize_squad(p) for p in predictions]
-    em = np.mean([max(float(a == p) for a in refs) for refs, p in zip(answers, predictions)])
-    f1 = np.mean([max(_token_f1(a, p) for a in refs) for refs, p in zip(answers, predictions)])
-    return {"em": 100 * float(em), "f1": 100 * float(f1)}
+    f1 = np.mean([max(_coqa_token_f1(a, p) for a in refs) for refs, p in zip(answers, predictions)])
+    return {"f1": 100 * float(f1)}
+
+
+def _coqa_token_f1(target: str, prediction: str) -> float:
+    return 1.0 if not target and not prediction else _token_f1(target, prediction)
 
 
 # -- grouped examples (MultiRC, ReCoRD) ---------------------------------------------------------------------

@@ -11,8 +11,8 @@ import scipy.stats
 import sklearn.metrics
 from rouge_score import rouge_scorer, scoring
 
-from t2t.evaluation import metrics
 from t2t.errors import T2TError
+from t2t.evaluation import metrics
 
 # STS-B-like similarity scores (targets from 0-5, predictions as a model's postprocessed floats)
 STSB_TARGETS = [5.0, 3.8, 0.6, 2.4, 4.2, 1.0, 3.0, 4.75, 0.0, 2.8]
@@ -226,6 +226,9 @@ def test_group_metrics():
         metrics.rouge,
         metrics.squad,
         metrics.all_match,
+        metrics.trivia_qa,
+        metrics.coqa_f1,
+        metrics.span_squad,
     ],
 )
 def test_length_mismatch_and_empty_inputs(fn):
@@ -277,3 +280,66 @@ def test_squad_follows_the_official_v1_1_rules():
     # the best answer counts for EM and F1 separately
     result = metrics.squad([["red car", "car"]], ["big red car"])
     assert result == {"em": 0.0, "f1": pytest.approx(100 * 0.8)}
+
+
+NEW_METRICS = ("trivia_qa", "coqa_f1", "span_squad", "normalize_trivia_qa")
+
+
+def test_the_new_metrics_are_reexported_by_t2t_metrics():
+    import t2t.metrics
+
+    assert all(getattr(t2t.metrics, name) is getattr(metrics, name) for name in NEW_METRICS)
+
+
+# -- trivia_qa, coqa_f1, span_squad -----------------------------------------------------------------------------
+
+
+def test_trivia_qa_normalisation_turns_punctuation_into_spaces():
+    assert metrics.normalize_trivia_qa("U.S.") == "u s"
+    assert metrics.normalize_trivia_qa("Levi's") == "levi s"
+    assert metrics.normalize_trivia_qa("‘Hamlet’ ´s") == "hamlet s"  # TriviaQA's extra quote marks
+    assert metrics.normalize_trivia_qa("A_B the-end") == "b end"  # freed articles are dropped too
+    assert metrics.normalize_trivia_qa("24–10") == "24–10"  # the en dash is not among them
+
+
+def test_trivia_qa_against_squad_on_the_same_answers():
+    """TriviaQA's rules match all four; SQuAD's keep "us", "‘hamlet’", "levis" and "theend" whole, so only the
+    first example gets F1, its best answer "navy" against "u s navy": precision 1/3, recall 1 -> 1/2."""
+    targets = [["U.S. Navy", "Navy"], ["‘Hamlet’"], ["Levi's"], ["the-end"]]
+    predictions = ["the u s navy", "Hamlet", "levi s", "end"]
+    assert metrics.trivia_qa(targets, predictions) == {"em": 100.0, "f1": 100.0}
+    assert metrics.squad(targets, predictions) == {"em": 0.0, "f1": pytest.approx(100 * 0.5 / 4)}
+    # token F1 as in squad: "u s army" against "u s navy" shares 2 of 3 words
+    assert metrics.trivia_qa([["U.S. Navy"]], ["U.S. Army"]) == {"em": 0.0, "f1": pytest.approx(100 * 2 / 3)}
+
+
+def test_coqa_f1_by_hand():
+    """Best over answers: "white cat" matches its second answer (1); "the" and "" both normalise to nothing,
+    which CoQA counts as 1; "park" against "in park": precision 1, recall 1/2 -> 2/3; "no" against "yes": 0.
+    SQuAD's F1 scores the empty pair 0 instead."""
+    targets = [["white", "white cat"], ["the"], ["in the park"], ["Yes"]]
+    predictions = ["a white cat", "", "park", "no"]
+    assert metrics.coqa_f1(targets, predictions) == {"f1": pytest.approx(100 * (1 + 1 + 2 / 3 + 0) / 4)}
+    assert metrics.squad(targets, predictions)["f1"] == pytest.approx(100 * (1 + 0 + 2 / 3 + 0) / 4)
+    assert metrics.coqa_f1(["White cat!"], ["the white cat"]) == {"f1": 100.0}  # a single string is one answer
+
+
+SPAN_CONTEXT = "Super Bowl 50 was won by the Denver Broncos, 24–10."  # words 0..10; Denver is 7, Broncos 8
+
+
+def test_span_squad_reads_inclusive_word_positions():
+    """7-8 is "Denver Broncos" (exact); 8-9 is "Broncos 24": 1 of 2 words either way -> F1 1/2; "seven" is not
+    a number and "start: 7 end:" has no end position, so both are empty answers."""
+    target = {"answers": ["Denver Broncos", "The Denver Broncos"], "context": SPAN_CONTEXT}
+    predictions = ["start: 7 end: 8", "start: 8 end: 9", "start: seven end: 8", "start: 7 end:"]
+    result = metrics.span_squad([target] * 4, predictions)
+    assert result == {"em": 25.0, "f1": pytest.approx(100 * (1 + 0.5) / 4)}
+    # the en dash separates words: 9-10 is "24 10"
+    assert metrics.span_squad([{"answers": ["24 10"], "context": SPAN_CONTEXT}], ["start: 9 end: 10"])["em"] == 100
+
+
+def test_span_squad_bad_input():
+    with pytest.raises(T2TError, match='dict with "answers" and "context"'):
+        metrics.span_squad([["Denver Broncos"]], ["start: 7 end: 8"])
+    with pytest.raises(T2TError, match="span_squad got an example with no reference answers"):
+        metrics.span_squad([{"answers": [], "context": SPAN_CONTEXT}], ["start: 7 end: 8"])
