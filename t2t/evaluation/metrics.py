@@ -1,6 +1,7 @@
 """Metric functions ``fn(targets, predictions) -> {name: value}``, named and defined as t5.evaluation.metrics.
 
-Scores are on t5's 0-100 scale. Targets and predictions are already postprocessed (e.g. class ids, floats,
+Scores are on t5's 0-100 scale, except where t5 leaves them unscaled: ``auc`` and ``score_auc`` (0-1) and
+``edit_distance`` (numbers of words). Targets and predictions are already postprocessed (e.g. class ids, floats,
 strings); each function takes them as two equally long sequences and raises T2TError when the lengths
 differ or there are no examples. Correlations of a constant sequence are NaN, as in scipy (and t5).
 
@@ -10,6 +11,8 @@ Where t5 is silent or quirky, t2t does the following (the numbers are otherwise 
 - ``bleu`` with several references per example transposes them into sacrebleu's reference streams
   (examples with fewer references are padded with None, which sacrebleu skips).
 - ``f1_score_with_invalid`` does not modify the caller's arrays.
+- ``auc`` and ``score_auc`` are NaN when the targets hold a single class:
+  neither curve exists then, and sklearn's answer depends on its version (an error, 0 or NaN).
 - ``trivia_qa`` and ``coqa_f1`` take a single answer string as one answer, as ``squad`` does (t5 would
   iterate over its characters).
 """
@@ -23,6 +26,7 @@ import string
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
+import nltk  # comes with rouge-score; its edit_distance is the Levenshtein distance t5 takes from editdistance
 import numpy as np
 import sacrebleu
 import scipy.stats
@@ -96,13 +100,20 @@ def _check_correlation(name: str, targets, predictions) -> tuple[np.ndarray, np.
     targets, predictions = _check(name, targets, predictions)
     if len(targets) < 2:
         raise T2TError(f"metric {name} needs at least 2 examples, got 1; evaluate on more examples.")
+    return _as_floats(name, targets, predictions)
+
+
+def _as_floats(name: str, targets: list, predictions: list) -> tuple[np.ndarray, np.ndarray]:
     try:
-        return np.asarray(targets, dtype=np.float64), np.asarray(predictions, dtype=np.float64)
+        arrays = np.asarray(targets, dtype=np.float64), np.asarray(predictions, dtype=np.float64)
     except (TypeError, ValueError):
+        arrays = None
+    if arrays is None or any(array.ndim != 1 for array in arrays):
         raise T2TError(
-            f"metric {name} needs numbers, got e.g. {targets[0]!r} and {predictions[0]!r}; "
+            f"metric {name} needs one number per example, got e.g. {targets[0]!r} and {predictions[0]!r}; "
             "add a postprocess_fn that turns the text into floats."
-        ) from None
+        )
+    return arrays
 
 
 def matthews_corrcoef(targets, predictions) -> dict:
@@ -162,6 +173,49 @@ def mean_multiclass_f1(num_classes: int, **kwargs) -> MetricFn:
     )
 
 
+def auc(targets, predictions, targets_threshold: float | None = None) -> dict:
+    """Areas under the ROC curve and the precision-recall curve (sklearn's ``roc_auc_score`` and
+    ``average_precision_score``) of scores against binary targets: {"auc-roc", "auc-pr"}.
+
+    On t5's scale, which for these two is 0-1, not 0-100. Targets are 0 or 1; continuous targets are
+    binarised with ``targets_threshold`` (below it 0, else 1), as t5. Both are NaN when the targets hold a
+    single class.
+    """
+    return _areas_under_curves("auc", targets, predictions, targets_threshold)
+
+
+def score_auc(targets, scores, targets_threshold: float | None = None) -> dict:
+    """``auc`` of the model's scores (e.g. log likelihoods) rather than its predictions: {"auc-roc", "auc-pr"},
+    0-1 as t5. The second parameter is named ``scores`` as t5's, whose evaluator passes scores by that name."""
+    return _areas_under_curves("score_auc", targets, scores, targets_threshold)
+
+
+def _areas_under_curves(name: str, targets, scores, targets_threshold: float | None) -> dict:
+    targets, scores = _as_floats(name, *_check(name, targets, scores))
+    if targets_threshold is not None:
+        targets = np.where(targets < targets_threshold, 0, 1)
+    elif not np.isin(targets, (0, 1)).all():
+        raise T2TError(
+            f"metric {name} needs targets 0 or 1, got {targets[~np.isin(targets, (0, 1))][0]:g}; "
+            "pass targets_threshold to binarise continuous targets."
+        )
+    if not np.isfinite(scores).all():
+        bad = scores[~np.isfinite(scores)][0]
+        raise T2TError(f"metric {name} got a score of {bad}; give every example a finite score.")
+    return _curve_areas(targets, scores)
+
+
+def _curve_areas(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray | None = None) -> dict:
+    """{"auc-roc", "auc-pr"} on 0-1, NaN for labels of a single class (sklearn's value there depends on its
+    version: an error, 0 or NaN)."""
+    if len(np.unique(labels)) < 2:
+        return {"auc-roc": float("nan"), "auc-pr": float("nan")}
+    return {
+        "auc-roc": float(sklearn.metrics.roc_auc_score(labels, scores, sample_weight=weights)),
+        "auc-pr": float(sklearn.metrics.average_precision_score(labels, scores, sample_weight=weights)),
+    }
+
+
 # -- generation -----------------------------------------------------------------------------------------------
 
 
@@ -213,6 +267,32 @@ def rouge(targets, predictions, score_keys: Sequence[str] | None = None, tokeniz
 
 def _sentence_lines(summary: str) -> str:
     return summary.replace(" . ", " .\n")
+
+
+def edit_distance(targets, predictions, lower: bool = True) -> dict:
+    """Word-level Levenshtein distance from each target to its prediction, summarised over the examples:
+    {"min_edit", "max_edit", "mean_edit", "median_edit", "sum_edit"}, in words (unscaled, as t5).
+
+    As t5: both texts are lowercased (unless ``lower`` is False) and split at every non-word character
+    (regex ``\\W``), so two separators in a row ("a, b") leave an empty word between them that counts like
+    any other.
+    """
+    targets, predictions = _check("edit_distance", targets, predictions)
+    distances = [
+        nltk.edit_distance(_words(target, lower), _words(prediction, lower))
+        for target, prediction in zip(targets, predictions)
+    ]
+    return {
+        "min_edit": min(distances),
+        "max_edit": max(distances),
+        "mean_edit": float(np.mean(distances)),
+        "median_edit": float(np.median(distances)),
+        "sum_edit": sum(distances),
+    }
+
+
+def _words(text: str, lower: bool) -> list[str]:
+    return re.split(r"\W", text.lower() if lower else text)
 
 
 # -- question answering -------------------------------------------------------------------------------------

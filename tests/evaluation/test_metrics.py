@@ -226,6 +226,9 @@ def test_group_metrics():
         metrics.rouge,
         metrics.squad,
         metrics.all_match,
+        metrics.auc,
+        metrics.score_auc,
+        metrics.edit_distance,
         metrics.trivia_qa,
         metrics.coqa_f1,
         metrics.span_squad,
@@ -282,13 +285,93 @@ def test_squad_follows_the_official_v1_1_rules():
     assert result == {"em": 0.0, "f1": pytest.approx(100 * 0.8)}
 
 
-NEW_METRICS = ("trivia_qa", "coqa_f1", "span_squad", "normalize_trivia_qa")
+NEW_METRICS = ("auc", "score_auc", "edit_distance", "trivia_qa", "coqa_f1", "span_squad",
+               "normalize_trivia_qa")
 
 
 def test_the_new_metrics_are_reexported_by_t2t_metrics():
     import t2t.metrics
 
     assert all(getattr(t2t.metrics, name) is getattr(metrics, name) for name in NEW_METRICS)
+
+
+def test_correlations_refuse_more_than_one_number_per_example():
+    with pytest.raises(T2TError, match="one number per example"):
+        metrics.pearson_corrcoef([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 5.0]])
+
+
+# -- auc, score_auc ---------------------------------------------------------------------------------------------
+
+
+def test_auc_from_hand_drawn_curves_on_t5s_0_to_1_scale():
+    """Positives score 0.35 and 0.8, negatives 0.1 and 0.4. ROC: 3 of the 4 (positive, negative) pairs are
+    ordered right -> 0.75. PR, from the top score down: 0.8 is a hit (precision 1, recall 1/2), 0.4 a miss,
+    0.35 a hit (precision 2/3, recall 1) -> average precision 1/2 * 1 + 1/2 * 2/3 = 5/6."""
+    targets, scores = [0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]
+    assert metrics.auc(targets, scores) == {"auc-roc": pytest.approx(0.75), "auc-pr": pytest.approx(5 / 6)}
+    assert metrics.score_auc(targets=targets, scores=scores) == metrics.auc(targets, scores)
+    assert metrics.auc(targets, scores) == {"auc-roc": pytest.approx(sklearn.metrics.roc_auc_score(targets, scores)),
+                                            "auc-pr": pytest.approx(
+                                                sklearn.metrics.average_precision_score(targets, scores))}
+
+
+def test_auc_with_tied_scores():
+    """Positives 0.2, 0.9, 0.6 against negatives 0.2, 0.5: 4 pairs right and the tie counts half -> 4.5 / 6.
+    PR: the tie at 0.2 is one threshold, so the last step adds a hit and a miss at once (precision 3/5):
+    1/3 * 1 + 1/3 * 1 + 1/3 * 3/5 = 13/15."""
+    result = metrics.auc([0, 1, 1, 0, 1], [0.2, 0.2, 0.9, 0.5, 0.6])
+    assert result == {"auc-roc": pytest.approx(0.75), "auc-pr": pytest.approx(13 / 15)}
+
+
+def test_auc_binarises_continuous_targets_at_the_threshold():
+    """With threshold 3.0 the targets 1.0, 3.0, 4.5, 2.9 become 0, 1, 1, 0 (a target equal to the threshold is
+    positive). Positives 0.4 and 0.35 beat the negative 0.1 but not 0.8 -> ROC 2/4. PR: 0.8 a miss, 0.4 a hit
+    (precision 1/2, recall 1/2), 0.35 a hit (2/3, 1) -> 1/2 * 1/2 + 1/2 * 2/3 = 7/12."""
+    result = metrics.auc([1.0, 3.0, 4.5, 2.9], [0.8, 0.4, 0.35, 0.1], targets_threshold=3.0)
+    assert result == {"auc-roc": pytest.approx(0.5), "auc-pr": pytest.approx(7 / 12)}
+    assert metrics.score_auc([1.0, 3.0, 4.5, 2.9], [0.8, 0.4, 0.35, 0.1], targets_threshold=3.0) == result
+
+
+@pytest.mark.parametrize("targets, threshold", [([1, 1, 1], None), ([0, 0, 0], None), ([4.0, 5.0, 3.5], 3.0)])
+def test_auc_of_a_single_class_is_undefined(targets, threshold):
+    # sklearn raised (< 1.5), gave 0 (1.5) or gives NaN (>= 1.6) for the ROC area; t2t says NaN on every version
+    result = metrics.auc(targets, [0.2, 0.5, 0.3], targets_threshold=threshold)
+    assert math.isnan(result["auc-roc"]) and math.isnan(result["auc-pr"])
+
+
+def test_auc_bad_input():
+    with pytest.raises(T2TError, match="targets 0 or 1, got 0.5; pass targets_threshold"):
+        metrics.auc([0, 0.5, 1], [0.1, 0.2, 0.3])
+    with pytest.raises(T2TError, match="score_auc got a score of nan"):
+        metrics.score_auc([0, 1], [0.1, float("nan")])
+    with pytest.raises(T2TError, match="metric auc needs one number per example"):
+        metrics.auc([0, 1], ["yes", "no"])
+    with pytest.raises(T2TError, match="one number per example"):
+        metrics.auc([0, 1], [[0.1, 0.9], [0.8, 0.2]])
+
+
+# -- edit_distance --------------------------------------------------------------------------------------------
+
+
+EDIT_TARGETS = ["The cat sat on the mat", "hello, world", "a b c"]
+EDIT_PREDICTIONS = ["the cat sat on a mat", "hello world", "x y"]
+
+
+def test_edit_distance_counts_word_edits():
+    """1 substitution (the -> a); 1 deletion: "hello, world" splits into hello, "", world (the comma and the
+    space are two separators); 2 substitutions and 1 deletion (a b c -> x y). Distances 1, 1, 3."""
+    result = metrics.edit_distance(EDIT_TARGETS, EDIT_PREDICTIONS)
+    assert result == {"min_edit": 1, "max_edit": 3, "mean_edit": pytest.approx(5 / 3), "median_edit": 1.0,
+                      "sum_edit": 5}
+    assert all(isinstance(result[key], int) for key in ("min_edit", "max_edit", "sum_edit"))
+    # word-level Levenshtein's textbook case: kitten -> sitting is 3 edits
+    assert metrics.edit_distance(["k i t t e n"], ["s i t t i n g"])["sum_edit"] == 3
+
+
+def test_edit_distance_without_lowercasing():
+    # "The" against "the" is one more substitution: distances 2, 1, 3
+    result = metrics.edit_distance(EDIT_TARGETS, EDIT_PREDICTIONS, lower=False)
+    assert result == {"min_edit": 1, "max_edit": 3, "mean_edit": 2.0, "median_edit": 2.0, "sum_edit": 6}
 
 
 # -- trivia_qa, coqa_f1, span_squad -----------------------------------------------------------------------------
