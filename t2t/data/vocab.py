@@ -19,9 +19,12 @@ by content (model bytes + extra_ids), so two copies of one model at different pa
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
+import io
 import logging
 import os
+import shutil
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -373,6 +376,10 @@ def train_vocabulary(
     ``SentencePieceVocabulary`` built from the result adds ``extra_ids`` sentinels on top.
     At most ``input_sentence_size`` lines (a uniform sample when there are more) are used, which bounds
     memory for large corpora. ``options`` pass through to ``SentencePieceTrainer.train``.
+
+    SentencePiece trains in memory; ``<model_prefix>.vocab`` and ``.model`` are then each written whole under a
+    temporary name beside them and renamed over the old ones (``write_vocabulary_files``), so a full disk
+    leaves an earlier vocabulary at ``model_prefix`` as it was.
     """
     if vocab_size < 4:
         raise T2TError(f"vocab_size must be at least 4 (pad, eos and unk take 3 of the pieces), got {vocab_size}.")
@@ -384,7 +391,6 @@ def train_vocabulary(
         raise T2TError(f"cannot create the folder of {prefix} ({e.strerror or e}); choose a writable place for the "
                        f"vocabulary (t2t-vocab's --output).") from None
     settings = dict(
-        model_prefix=str(prefix),
         vocab_size=vocab_size,
         model_type=model_type,
         pad_id=PAD_ID,
@@ -401,8 +407,62 @@ def train_vocabulary(
         minloglevel=0 if verbose else 2,
     )
     spm.set_random_generator_seed(seed)
-    _train_sentencepiece(lines, {**settings, **options})
+    model = _train_sentencepiece(lines, {**settings, **options})
+    return write_vocabulary_files(model, prefix)
+
+
+def write_vocabulary_files(model: bytes, model_prefix: str | os.PathLike) -> Path:
+    """``<model_prefix>.vocab`` (each piece and its score, as SentencePiece lists them) and ``.model`` from a
+    serialized model; returns the ``.model`` path.
+
+    SentencePiece writes straight to ``<prefix>.model`` and does not check the writes (onto a full device it
+    reports success), so a full disk tore the earlier vocabulary there. Each file is written whole and fsynced
+    under a temporary name in the same folder, then renamed over the old one, ``.model`` last; a failure
+    removes the temporary files and names the folder's disk.
+    """
+    prefix = Path(model_prefix)
+    files = {Path(f"{prefix}.vocab"): vocab_listing(model).encode("utf-8"), Path(f"{prefix}.model"): model}
+    temporary = {path: path.with_name(f".{path.name}.{os.getpid()}.tmp") for path in files}
+    try:
+        for path, data in files.items():
+            temporary[path].unlink(missing_ok=True)
+            with open(temporary[path], "xb") as f:  # "x": a new file, never through a link left at that name
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for path, tmp in temporary.items():
+            os.replace(tmp, path)
+    except OSError as e:
+        for tmp in temporary.values():
+            tmp.unlink(missing_ok=True)
+        raise _write_failure(e, prefix) from None
     return Path(f"{prefix}.model")
+
+
+def vocab_listing(model: bytes) -> str:
+    """The ``.vocab`` file SentencePiece writes beside a model: one ``piece<TAB>score`` line per piece, the
+    score printed with six significant digits as its C++ code prints a float."""
+    processor = spm.SentencePieceProcessor(model_proto=model)
+    return "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
+                   for i in range(processor.get_piece_size()))
+
+
+def _write_failure(e: OSError, prefix: Path) -> T2TError:
+    """One sentence for a vocabulary that could not be written: the folder, its disk, the fix."""
+    folder = prefix.parent.resolve()
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            free = f", {shutil.disk_usage(folder).free:,} bytes free"
+        except OSError:
+            free = ""
+        fix = (f"the disk holding {folder} is full{free}; free space on it or write the vocabulary to a folder "
+               f"on another disk (t2t-vocab's --output)")
+    elif e.errno == errno.EFBIG:
+        fix = "raise the file-size limit (ulimit -f) or write the vocabulary elsewhere (t2t-vocab's --output)"
+    else:
+        fix = f"make {folder} writable or write the vocabulary elsewhere (t2t-vocab's --output)"
+    return T2TError(f"cannot write the vocabulary {prefix}.model ({e.strerror or e}): {fix}; any earlier "
+                    f"vocabulary there is unchanged.")
 
 
 def _training_lines(inputs) -> Iterator[str]:
@@ -420,11 +480,13 @@ def _training_lines(inputs) -> Iterator[str]:
     return _file_lines(paths)
 
 
-def _train_sentencepiece(lines: Iterator[str], settings: dict) -> None:
-    """``SentencePieceTrainer.train`` over ``lines``, its failures as one-sentence T2TErrors."""
+def _train_sentencepiece(lines: Iterator[str], settings: dict) -> bytes:
+    """The serialized model ``SentencePieceTrainer.train`` makes of ``lines`` in memory (it writes no file),
+    its failures as one-sentence T2TErrors."""
     counted = _Counting(lines)
+    model = io.BytesIO()
     try:
-        spm.SentencePieceTrainer.train(sentence_iterator=counted, **settings)
+        spm.SentencePieceTrainer.train(sentence_iterator=counted, model_writer=model, **settings)
     except RuntimeError as error:
         if counted.error is not None:
             raise counted.error from None
@@ -437,6 +499,7 @@ def _train_sentencepiece(lines: Iterator[str], settings: dict) -> None:
                        f"vocabulary ({str(error).strip()}); {fix}.") from None
     if counted.error is not None:  # reading the input failed part way: do not return a model of half the text
         raise counted.error
+    return model.getvalue()
 
 
 class _Counting:

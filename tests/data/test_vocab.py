@@ -1,7 +1,11 @@
 """SentencePieceVocabulary, load_vocabulary, train_vocabulary and testing.tiny_vocabulary."""
 
+import errno
+import os
 import pickle
+import resource
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -316,3 +320,70 @@ def test_a_vocabulary_too_small_for_the_texts_characters_says_to_raise_it(tmp_pa
     with pytest.raises(T2TError, match=r"Vocabulary size is smaller than required_chars.*; raise vocab_size or lower "
                                        r"character_coverage\.$"):
         train_vocabulary(iter([TINY_TEXT]), tmp_path / "v", vocab_size=5, character_coverage=1.0)
+
+
+def test_the_written_files_are_sentencepieces_own(tmp_path):
+    """The model trained in memory and the .vocab listing equal what SentencePiece writes itself (its model
+    also records the prefix it was written to, the only difference)."""
+    settings = dict(vocab_size=TINY_VOCAB_PIECES, model_type="bpe", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+                    normalization_rule_name="nmt_nfkc", character_coverage=0.9995, max_sentencepiece_length=16,
+                    byte_fallback=False, input_sentence_size=2_000_000, shuffle_input_sentence=True, num_threads=1,
+                    minloglevel=2)
+    spm.set_random_generator_seed(0)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TINY_TEXT.splitlines()),
+                                   model_prefix=str(tmp_path / "own"), **settings)
+    ours = train_vocabulary(iter([TINY_TEXT]), tmp_path / "ours", vocab_size=TINY_VOCAB_PIECES, model_type="bpe",
+                            num_threads=1)
+    assert (tmp_path / "ours.vocab").read_text(encoding="utf-8") == (tmp_path / "own.vocab").read_text(encoding="utf-8")
+    pieces = [[(p.id_to_piece(i), p.get_score(i), p.get_piece_size()) for i in range(p.get_piece_size())]
+              for p in (spm.SentencePieceProcessor(model_file=str(f)) for f in (ours, tmp_path / "own.model"))]
+    assert pieces[0] == pieces[1]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["ours.model", "ours.vocab", "own.model", "own.vocab"]
+
+
+@pytest.fixture
+def earlier_vocabulary(tmp_path):
+    """A vocabulary already at tmp_path/v/sp (.model and .vocab), and its files' bytes."""
+    train_vocabulary(iter([TINY_TEXT]), tmp_path / "v" / "sp", vocab_size=TINY_VOCAB_PIECES, num_threads=1)
+    return {f.name: f.read_bytes() for f in (tmp_path / "v").iterdir()}
+
+
+def test_a_full_disk_leaves_the_earlier_vocabulary_whole_and_names_the_disk(tmp_path, earlier_vocabulary,
+                                                                         monkeypatch, capsys):
+    """The disk fills while the new files are flushed (where ext4/XFS/NFS report ENOSPC for delayed writes):
+    SentencePiece wrote straight to sp.model, leaving it torn, and blamed the vocabulary size."""
+    from t2t.cli import vocab_main
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TINY_TEXT + "\nMore text, so that the new vocabulary differs from the earlier one.\n")
+    monkeypatch.setattr(os, "fsync", full_disk)
+    code = vocab_main([str(corpus), "--output", str(tmp_path / "v" / "sp"), "--vocab-size", "150"])
+    err = capsys.readouterr().err
+    folder = (tmp_path / "v").resolve()
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: cannot write the vocabulary {tmp_path / 'v' / 'sp'}.model (No space left on "
+                          f"device): the disk holding {folder} is full, ")
+    assert err.endswith("bytes free; free space on it or write the vocabulary to a folder on another disk "
+                        "(t2t-vocab's --output); any earlier vocabulary there is unchanged.\n")
+    assert {f.name: f.read_bytes() for f in (tmp_path / "v").iterdir()} == earlier_vocabulary  # no temporary left
+
+
+def test_a_write_the_kernel_cuts_off_leaves_the_earlier_vocabulary_whole(tmp_path, earlier_vocabulary):
+    """A real refusal part way through a file: the file-size limit (ulimit -f) lets 20,000 bytes of the new
+    model reach the disk. SentencePiece wrote through it silently and left a truncated sp.model."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, limit[1]))
+    try:
+        with pytest.raises(T2TError) as info:
+            train_vocabulary(iter([TINY_TEXT + "\nA different text."]), tmp_path / "v" / "sp", vocab_size=150)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, previous_handler)
+    assert str(info.value) == (f"cannot write the vocabulary {tmp_path / 'v' / 'sp'}.model (File too large): raise "
+                               f"the file-size limit (ulimit -f) or write the vocabulary elsewhere (t2t-vocab's "
+                               f"--output); any earlier vocabulary there is unchanged.")
+    assert {f.name: f.read_bytes() for f in (tmp_path / "v").iterdir()} == earlier_vocabulary
