@@ -5,21 +5,27 @@ When training starts, :func:`record_run` copies into the run directory what the 
     runs/x/spiece.model          the vocabulary (the name Hugging Face uses; t2t-export copies it from here)
     runs/x/modules/<name>.py     each --module given as a .py file (module names are recorded by name)
     runs/x/checksums.sha256      the sha256 of spiece.model and modules/*.py (``sha256sum -c`` format)
-    runs/x/step_*/train_config.yaml   the resolved settings, with vocab and data_dir as absolute paths
-                                 (covered by the checkpoint's own checksums.sha256)
+    runs/x/step_*/train_config.yaml   the resolved settings, with vocab and data_dir as absolute paths, and
+                                 the sha256 of each module file the training imported (module_sha256;
+                                 all covered by the checkpoint's own checksums.sha256)
 
 so a run keeps working when it is moved to another folder or machine. :func:`open_run` reads a run back
 (its settings, and vocabulary and module paths that resolve inside the run) and verifies the run's copies
 against their checksums, so a swapped or damaged vocabulary or module is one error naming the file (a
 run without the checksum file is refused the same way; ``verify=False`` skips the check).
 
-A run's module copies are code. Nothing imports them unasked: :func:`require_module_consent` refuses them
-unless the user passes ``--trust-modules`` or the same files with ``--module``; resuming training in a run
-is consent for module copies the user owns (written by their own t2t-train), not for those another user
-wrote. The module names another user's run recorded are refused the same way. :func:`merge_settings` lays the
-user's explicit flags over a run's settings and logs one line per flag that overrides one of them;
-:func:`check_resume` lists how resumed settings differ from the recorded ones and refuses the differences
-that break exact continuation.
+Whose code a run imports: one rule for every tool that imports a run's modules (resuming t2t-train,
+t2t-eval, t2t-predict, the cells of t2t-study; t2t-export imports none). A run is **the user's own** when
+the files that say what it imports (the checkpoint's train_config.yaml and checksums.sha256, the run's
+checksums.sha256 and module copies) belong to the user running the tool, and each module copy is the file
+the training imported (its sha256 is the one the checkpoint recorded; checksums.sha256 cannot vouch for
+that, since the user is told how to record it again). The user's own run imports its modules unasked.
+Any other run (written by another user, or with a module file changed since the run recorded it, or from
+before t2t recorded them) imports its module files and module names only with ``--trust-modules``, or not
+at all when the user passes modules of their own with ``--module`` (:func:`require_module_consent`).
+:func:`merge_settings` lays the user's explicit flags over a run's settings and logs one line per flag that
+overrides one of them; :func:`check_resume` lists how resumed settings differ from the recorded ones and
+refuses the differences that break exact continuation.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 VOCAB_FILE = "spiece.model"
 LINEAGE_FILE = "lineage.json"  # the models a run was trained from, nearest first
 MODULES_DIR = "modules"
+MODULE_DIGESTS = "module_sha256"  # in a checkpoint's settings: {module file name: sha256} of what training imported
 EMBEDDING_MULTIPLE = 128  # T5 pads its 32,100 ids to 32,128 embedding rows
 # Where a run finds its inputs: filled from the run when the user does not give them.
 LOCATIONS = ("vocab", "modules", "data_dir")
@@ -69,6 +76,7 @@ class Run:
     path: Path            # the run directory
     checkpoint: Path      # the checkpoint asked for (a run dir means its latest)
     settings: dict        # the training settings recorded beside that checkpoint ({} for older runs)
+    module_sha256: dict = dataclasses.field(default_factory=dict)  # {file name: sha256} the training imported
 
     @property
     def vocab(self) -> str | None:
@@ -120,8 +128,10 @@ def find_run(path: str | os.PathLike, verify: bool = True) -> Run | None:
     if verify:
         verify_run_files(run_dir)
     settings = checkpoint.read_settings(ckpt, verify) or {}
+    digests = settings.pop(MODULE_DIGESTS, None) or {}
     check_recorded_locations(settings, ckpt / checkpoint.SETTINGS_FILE)
-    return Run(run_dir, ckpt, settings)
+    check_recorded_digests(digests, ckpt / checkpoint.SETTINGS_FILE)
+    return Run(run_dir, ckpt, settings, digests)
 
 
 def check_recorded_locations(settings: dict, file: Path) -> None:
@@ -134,6 +144,13 @@ def check_recorded_locations(settings: dict, file: Path) -> None:
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
         raise T2TError(f"settings file {file} has modules {modules!r}, not a list of module names or files; the "
                        f"file was edited or is corrupt, so restore it from a copy.")
+
+
+def check_recorded_digests(digests: Any, file: Path) -> None:
+    """The recorded module_sha256 is what t2t wrote: module file names and their hex digests."""
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+        raise T2TError(f"settings file {file} has {MODULE_DIGESTS} {digests!r}, not module file names and their "
+                       f"sha256; the file was edited or is corrupt, so restore it from a copy.")
 
 
 # -- the run's own copies, under checksums ------------------------------------------------------------------
@@ -181,34 +198,49 @@ def _run_file_problem(run_dir: Path, files: list[Path], recorded: dict[str, str]
     return f"{run_dir / missing[0]} is missing" if missing else None
 
 
-def require_module_consent(run: Run | None, given: list[str], trusted: bool, resuming: bool = False) -> None:
-    """Refuse to import ``run``'s modules unless the user consents: ``trusted`` (--trust-modules) or modules of
-    their own (``given``, which replace the run's; a given file with the same contents as a run's copy stands
-    for it). Module files are code from a folder: ``resuming`` training in the run consents only for the copies
-    the user owns (their own t2t-train wrote them). Module names are imported from the user's environment, but
-    which ones is the run's choice (a name can pick up a package in the working directory): they need no
-    consent only in the user's own run."""
-    if run is None or given:
+def require_module_consent(run: Run | None, given: list[str], trusted: bool) -> None:
+    """Refuse to import ``run``'s modules unless the run is the user's own (see :func:`not_own_because`) or the
+    user consents: ``trusted`` (--trust-modules) or modules of their own (``given``, which replace the run's;
+    a given file with the same contents as a run's copy stands for it). Module files are code from a folder;
+    module names are imported from the user's environment, but which ones is the run's choice (a name can
+    pick up a package in the working directory)."""
+    if run is None or given or not run.modules:
+        return
+    reason = not_own_because(run)
+    if reason is None:
         return
     files = [m for m in run.modules if is_module_file(m)]
-    if resuming:
-        files = [m for m in files if not _owned_by_user(m)]
-    names = [] if _owned_by_user(run.checkpoint / checkpoint.SETTINGS_FILE) else \
-        [m for m in run.modules if not is_module_file(m)]
-    asked = files + names
-    if asked and trusted:
-        log.info("importing %s's modules %s (--trust-modules)", run.path, ", ".join(asked))
+    names = [m for m in run.modules if not is_module_file(m)]
+    if trusted:
+        log.info("importing %s's modules %s (--trust-modules), though %s", run.path, ", ".join(run.modules), reason)
     elif files:
-        raise T2TError(f"run {run.path} would import its module files {', '.join(files)}, code that runs as "
-                       f"you; read them and pass --trust-modules, or pass your own copies with --module.")
-    elif names:
-        raise T2TError(f"run {run.path}, which another user wrote, would import the modules {', '.join(names)}; "
-                       f"pass --trust-modules if you expect them, or name the modules you mean with --module.")
+        raise T2TError(f"run {run.path} would import its module files {', '.join(files)}, code that runs as you, "
+                       f"and {reason}; read them and pass --trust-modules, or pass your own copies with --module.")
+    else:
+        raise T2TError(f"run {run.path} would import the modules {', '.join(names)}, and {reason}; pass "
+                       f"--trust-modules if you expect them, or name the modules you mean with --module.")
 
 
-def _owned_by_user(path: str) -> bool:
+def not_own_because(run: Run) -> str | None:
+    """Why ``run`` is not the user's own (None when it is): a file that says what it imports belongs to
+    another user, or a module file is not the one the training imported (it changed since the checkpoint
+    recorded its sha256, or the checkpoint recorded none)."""
     getuid = getattr(os, "getuid", None)
-    return getuid is not None and Path(path).is_file() and Path(path).stat().st_uid == getuid()
+    if getuid is None:
+        return "this system has no user ids to tell whose files they are"
+    settings = run.checkpoint / checkpoint.SETTINGS_FILE
+    files = [Path(m) for m in run.modules if is_module_file(m)]
+    for path in [settings, run.checkpoint / durable.CHECKSUMS_FILE, run.path / durable.CHECKSUMS_FILE, *files]:
+        owner = path.lstat().st_uid if path.is_symlink() or path.exists() else getuid()  # a link: its own owner
+        if owner != getuid():
+            return f"{path} belongs to another user (uid {owner})"
+    for path in files:
+        recorded = run.module_sha256.get(path.name)
+        if recorded is None:
+            return f"{settings} records no sha256 of {path.name} (runs from before t2t recorded them)"
+        if not path.is_file() or durable.sha256_of(path) != recorded:
+            return f"{path} changed since the run recorded it in {settings}"
+    return None
 
 
 def with_run_locations(cfg, run: Run | None):
@@ -430,11 +462,14 @@ def _is_ancestor(entry: Any) -> bool:
 
 def recorded_settings(settings: dict, vocab_path: str | os.PathLike) -> dict:
     """The settings as a run records them: the vocabulary actually used and the data dir as absolute
-    paths (never ``vocab: null``), .py modules as absolute paths."""
+    paths (never ``vocab: null``), .py modules as absolute paths, and the sha256 of each module file (read
+    now, after the training imported it), by which :func:`not_own_because` knows its copy later."""
     data_dir = settings.get("data_dir") or os.environ.get("T2T_DATA_DIR")
+    files = [Path(m) for m in settings.get("modules", []) if is_module_file(m)]
     return {**settings, "vocab": str(Path(vocab_path).resolve()),
             "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
-            "modules": [str(Path(m).resolve()) if is_module_file(m) else m for m in settings.get("modules", [])]}
+            "modules": [str(Path(m).resolve()) if is_module_file(m) else m for m in settings.get("modules", [])],
+            MODULE_DIGESTS: {path.name: durable.sha256_of(path) for path in files}}
 
 
 def embedding_rows(vocab_size: int) -> int:

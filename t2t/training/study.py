@@ -10,7 +10,9 @@ validation split:
 - a row named by a method (``methods``: name → extra ``t2t-train`` arguments, e.g. ``--set
   transfer.adapter_dim=32``) adds those arguments to its target runs.
 
-Every run is a ``t2t-train`` in its own folder under ``output_dir`` and every score a ``t2t-eval`` of it,
+Every run is a ``t2t-train`` in its own folder under ``output_dir`` and every score a ``t2t-eval`` of it
+(which imports the run's modules under t2t's one ownership rule, t2t.checkpoints.run: a cell is the user's
+own run, while a cell whose module files changed since it recorded them is refused as by plain t2t-eval),
 each in a process of its own: an interrupted study resumes where it stopped (finished cells are read back,
 unfinished runs resume from their last checkpoint). ``jobs`` runs go side by side, dividing the cores
 between them (two runs that each took a thread per core were measured ≈27x slower per step than one alone).
@@ -278,7 +280,7 @@ def run_cell(cfg: StudyConfig, cell: Cell, threads: int) -> float:
     the same arguments; the score is the current ``metric`` of them."""
     eval_dir = cell.folder / "study_eval"
     eval_args = ["--task", cell.target, "--checkpoint", str(cell.folder), "--output-dir", str(eval_dir),
-                 "--trust-modules", *cfg.eval_args]  # the modules are the user's own --train-args
+                 *cfg.eval_args]  # the cell is the user's own run: its modules need no --trust-modules
     train_args = ["--task", cell.target, "--output-dir", str(cell.folder), "--train-steps", str(cfg.target_steps),
                   *cfg.train_args, *cell.train_args]
     result_file = cell.folder / RESULT_FILE

@@ -192,7 +192,7 @@ def resume_settings(cfg: TrainConfig, latest: Path, allow_changed_settings: bool
     settings recorded beside ``latest`` (see t2t.checkpoints.run.check_resume); the run's module copies are
     imported with the user's consent (t2t.checkpoints.run.require_module_consent)."""
     run = run_lib.open_run(latest, cfg.verify_checkpoints)
-    run_lib.require_module_consent(run, cfg.modules, trust_modules, resuming=True)
+    run_lib.require_module_consent(run, cfg.modules, trust_modules)
     cfg = run_lib.with_run_locations(cfg, run)
     load_modules(cfg.modules)  # the lengths may come from a task the modules register
     cfg = with_sequence_lengths(cfg, run)

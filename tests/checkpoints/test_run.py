@@ -378,22 +378,97 @@ def test_resume_compares_the_model_with_the_recorded_one(setup, tmp_path):
 # -- a run's copies are code and data someone wrote: consent, checksums, modes
 
 
-def test_evaluating_a_run_imports_its_module_files_only_with_consent(setup, tmp_path):
-    train(settings(setup, tmp_path / "run"))
+ANOTHER_USER = 12345
+as_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                             reason="giving a file to another user (os.chown) takes root")
+
+
+def predict_one(run: Path, *flags: str) -> int:
+    """t2t-predict of one input of the run's task (its raw fields), through the command line."""
+    from t2t.cli import predict_main
+    raw = run.parent / "raw.jsonl"
+    raw.write_text('{"text": "the cat sat"}\n')
+    return predict_main(["--checkpoint", str(run), "--task", TASK, "--input", str(raw), "--max-length", "4", *flags])
+
+
+def test_ones_own_run_evaluates_and_predicts_without_trust_modules(setup, tmp_path, capsys):
+    """The user's own fresh run: t2t-eval and t2t-predict import its module copy unasked, as resuming does."""
+    run = tmp_path / "run"
+    train(settings(setup, run))
+    forget_sources(setup)
+    assert set(evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4))) == {TASK}
+    TASKS.unregister(TASK)
+    capsys.readouterr()
+    assert predict_one(run) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+@as_root
+@pytest.mark.parametrize("owned_by_another", ["modules/copy_task.py", "checksums.sha256",
+                                              "step_00000002/train_config.yaml", "step_00000002/checksums.sha256"])
+def test_a_run_whose_files_another_user_owns_imports_its_modules_only_with_consent(setup, tmp_path, capsys,
+                                                                                   owned_by_another):
+    """Resuming, t2t-eval and t2t-predict follow one rule: a run whose module copies, or the files that say
+    what it imports, belong to another user is not the user's own."""
+    run = tmp_path / "run"
+    train(settings(setup, run))
     own_copy = tmp_path / "mine.py"
     shutil.copyfile(setup.module, own_copy)
     forget_sources(setup)
-    copy = tmp_path / "run" / "modules" / "copy_task.py"
-    with pytest.raises(T2TError, match=rf"run .*run would import its module files {copy}, code that runs as you; "
-                                       r"read them and pass --trust-modules, or pass your own copies with --module"):
-        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "e")))
+    os.chown(run / owned_by_another, ANOTHER_USER, -1)
+    copy = run / "modules" / "copy_task.py"
+    refusal = (rf"^run {run} would import its module files {copy}, code that runs as you, and "
+               rf"{run / owned_by_another} belongs to another user \(uid {ANOTHER_USER}\); read them and pass "
+               rf"--trust-modules, or pass your own copies with --module\.$")
+    with pytest.raises(T2TError, match=refusal):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), output_dir=str(tmp_path / "e")))
+    with pytest.raises(T2TError, match=refusal):
+        train(settings(setup, run, train_steps=3, vocab=None, modules=[]))
     assert TASK not in TASKS  # nothing was imported
-    given = evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "e"),
+    capsys.readouterr()
+    assert predict_one(run) == 2
+    assert re.match(refusal.replace("^", "^error: "), capsys.readouterr().err)
+    given = evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), output_dir=str(tmp_path / "e"),
                                 modules=[str(own_copy)]))
     TASKS.unregister(TASK)
-    trusted = evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), output_dir=str(tmp_path / "e"),
+    trusted = evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), output_dir=str(tmp_path / "e"),
                                   trust_modules=True))
     assert given == trusted
+    TASKS.unregister(TASK)
+    assert predict_one(run, "--trust-modules") == 0
+
+
+@pytest.mark.parametrize("change", ["module edited", "digest not recorded"])
+def test_a_run_whose_module_is_not_what_its_training_imported_needs_consent(setup, tmp_path, change):
+    """The run's checksums.sha256 cannot vouch for a module copy (the error of a changed file says how to
+    record it again): the checkpoint records the sha256 of each module file its training imported, and a copy
+    that differs from it, or a checkpoint without the record, makes the run not the user's own."""
+    run = tmp_path / "run"
+    train(settings(setup, run))
+    forget_sources(setup)
+    marker = tmp_path / "marker"
+    copy = run / "modules" / "copy_task.py"
+    step = run / "step_00000002"
+    if change == "module edited":
+        copy.write_text(f"open({str(marker)!r}, 'w').close()\n" + MODULE)
+        run_lib.record_checksums(run)  # what the suggested `sha256sum ... > checksums.sha256` writes
+        reason = rf"{copy} changed since the run recorded it in {step / 'train_config.yaml'}"
+    else:
+        recorded = yaml.safe_load((step / "train_config.yaml").read_text())
+        assert recorded.pop("module_sha256") == {"copy_task.py": durable.sha256_of(copy)}
+        (step / "train_config.yaml").write_text(yaml.safe_dump(recorded))
+        rewrite_checksums(step)
+        reason = rf"{step / 'train_config.yaml'} records no sha256 of copy_task.py \(runs from before t2t recorded them\)"
+    refusal = rf"would import its module files {copy}, code that runs as you, and {reason}; read them and pass"
+    with pytest.raises(T2TError, match=refusal):
+        train(settings(setup, run, train_steps=3, vocab=None, modules=[]))
+    with pytest.raises(T2TError, match=refusal):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4))
+    assert not marker.exists() and TASK not in TASKS
+    assert train(settings(setup, run, train_steps=3, vocab=None, modules=[]), trust_modules=True)[-1]["step"] == 3
+    assert marker.exists() == (change == "module edited")
+    TASKS.unregister(TASK)  # resuming with consent recorded the module it imported: the run is the user's own again
+    assert set(evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4))) == {TASK}
 
 
 def test_a_tampered_module_copy_is_refused_before_it_runs(setup, tmp_path):
@@ -431,8 +506,8 @@ def test_module_names_another_users_run_recorded_are_imported_only_with_consent(
     sys.modules.pop("named_copy_task")
     evaluated = EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), max_examples=2, max_length=4)
     monkeypatch.setattr(os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # as another user sees the run
-    with pytest.raises(T2TError, match=r"which another user wrote, would import the modules named_copy_task; "
-                                       r"pass --trust-modules"):
+    with pytest.raises(T2TError, match=r"would import the modules named_copy_task, and .*train_config.yaml belongs to "
+                                       r"another user \(uid \d+\); pass --trust-modules"):
         evaluate(evaluated)
     assert "named_copy_task" not in sys.modules
     assert evaluate(dataclasses.replace(evaluated, trust_modules=True))

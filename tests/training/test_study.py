@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints import run as run_lib
 from t2t.cli import study_main
 from t2t.errors import T2TError
 from t2t.evaluation.results import best_checkpoints, task_score
@@ -144,3 +145,27 @@ def test_a_changed_study_redoes_or_refuses_its_cells_and_never_reuses_stale_numb
         f"error: {cell} was trained by t2t-train {' '.join(json.loads((cell / 'study_run.json').read_text())['train_args'])}"
         f", not {' '.join(json.loads((cell / 'study_run.json').read_text())['train_args']).replace('--train-steps 2', '--train-steps 3')}; "
         f"give the changed study a new --output-dir, or delete {cell} to train it again.")
+
+
+def test_a_cell_evaluates_as_the_users_own_run_and_a_module_planted_in_it_is_refused(tmp_path, monkeypatch, capsys):
+    """The study evaluated every cell with --trust-modules, so a module changed in a cell folder ran where plain
+    t2t-eval refuses it; now a cell follows t2t's one ownership rule (its own run: no flag needed)."""
+    monkeypatch.setenv("T2T_VOCAB", str(tiny_vocabulary().path))
+    (tmp_path / "tasks.py").write_text(TASKS_MODULE)
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
+    out = tmp_path / "study"
+    argv = ["--targets", "study_copy", "--target-steps", "2", "--output-dir", str(out),
+            "--train-args", f"--model {tmp_path / 'tiny.json'} --module {tmp_path / 'tasks.py'} --batch-size 2 "
+                            "--set input_length=16 --set target_length=8 --set pack=false",
+            "--eval-args", "--max-examples 2"]  # the cell's own copy of tasks.py is what t2t-eval imports
+    assert study_main(argv) == 0
+    cell = out / "none" / "study_copy"
+    marker = tmp_path / "marker"
+    copy = cell / "modules" / "tasks.py"
+    copy.write_text(f"open({str(marker)!r}, 'w').close()\n" + TASKS_MODULE)
+    run_lib.record_checksums(cell)  # checksums that match: only the run's record of what it imported differs
+    (cell / "study_result.json").unlink()
+    capsys.readouterr()
+    assert study_main(argv) == 2
+    assert f"and {copy} changed since the run recorded it" in capsys.readouterr().err
+    assert not marker.exists()
