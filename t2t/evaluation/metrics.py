@@ -11,16 +11,19 @@ Where t5 is silent or quirky, t2t does the following (the numbers are otherwise 
 - ``bleu`` with several references per example transposes them into sacrebleu's reference streams
   (examples with fewer references are padded with None, which sacrebleu skips).
 - ``f1_score_with_invalid`` does not modify the caller's arrays.
-- ``auc`` and ``score_auc`` are NaN when the targets hold a single class:
+- ``auc``, ``score_auc`` and ``rank_classification``'s areas are NaN when the targets hold a single class:
   neither curve exists then, and sklearn's answer depends on its version (an error, 0 or NaN).
 - ``trivia_qa`` and ``coqa_f1`` take a single answer string as one answer, as ``squad`` does (t5 would
   iterate over its characters).
+- ``rank_classification`` checks every target's idx (t5 checks the first) and, with ``num_classes``, that
+  every example has that many choices (t5 only checks that the total divides).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import re
 import string
 import warnings
@@ -29,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 import nltk  # comes with rouge-score; its edit_distance is the Levenshtein distance t5 takes from editdistance
 import numpy as np
 import sacrebleu
+import scipy.special
 import scipy.stats
 import sklearn.metrics
 from rouge_score import rouge_scorer, scoring
@@ -410,6 +414,105 @@ def coqa_f1(targets, predictions) -> dict:
 
 def _coqa_token_f1(target: str, prediction: str) -> float:
     return 1.0 if not target and not prediction else _token_f1(target, prediction)
+
+
+# -- rank classification ------------------------------------------------------------------------------------
+
+
+def rank_classification(
+    targets, scores, num_classes: int | None = None, normalize_by_target_length: bool = False, idx_len: int = 2
+) -> dict:
+    """Classification by the likeliest of an example's choices, from one score per (example, choice), as t5's.
+
+    Each target is a tuple ``(idx, is_correct, weight, target_length)`` for one choice, ``idx`` being
+    ``(input index, choice index)`` (``idx_len`` numbers); ``scores`` holds each choice's log likelihood
+    (divided by ``target_length`` with ``normalize_by_target_length``). An example weighs its first choice's
+    ``weight`` (with ``num_classes``) or its chosen choice's (without), as in t5.
+
+    - ``num_classes=None`` (examples with varying numbers of choices): {"accuracy"}.
+    - an example with several correct choices (any counts): {"accuracy"}.
+    - 2 classes: {"accuracy", "f1", "auc-roc", "auc-pr"}, the areas for choice 1 by its softmax probability
+      (NaN when choice 1 is correct in every example or in none).
+    - more: {"accuracy", "mean_<n>class_f1"}.
+    Everything × 100 (t5 scales these areas, unlike ``auc``'s). Scores are compared in float32, as t5.
+    """
+    targets, scores = _check("rank_classification", targets, scores)
+    rows = _rank_rows(targets, scores, idx_len)
+    if normalize_by_target_length:
+        rows = [(target, score / target[3]) for target, score in rows]
+    if not num_classes:
+        return {"accuracy": _likeliest_choice_accuracy(rows)}
+    _check_choices_per_example(rows, num_classes)
+    is_correct = np.array([target[1] for target, _ in rows], dtype=bool).reshape(-1, num_classes)
+    weights = np.array([target[2] for target, _ in rows], dtype=np.float64).reshape(-1, num_classes)[:, 0]
+    log_likelihoods = np.array([score for _, score in rows], dtype=np.float32).reshape(-1, num_classes)
+    predictions = log_likelihoods.argmax(-1)
+    accuracy = 100 * float(np.average(is_correct[np.arange(len(predictions)), predictions], weights=weights))
+    if (is_correct.sum(-1) > 1).any():
+        return {"accuracy": accuracy}
+    if num_classes > 2:
+        predicted = np.eye(num_classes, dtype=bool)[predictions]
+        return {"accuracy": accuracy, **mean_multiclass_f1(num_classes, sample_weight=weights)(is_correct, predicted)}
+    probabilities = scipy.special.softmax(log_likelihoods, axis=-1)[:, 1]
+    areas = _curve_areas(is_correct[:, 1], probabilities, weights)
+    return {
+        "accuracy": accuracy,
+        "f1": 100 * float(sklearn.metrics.f1_score(is_correct.argmax(-1), predictions, sample_weight=weights)),
+        **{name: 100 * value for name, value in areas.items()},
+    }
+
+
+def _rank_rows(targets: list, scores: list, idx_len: int) -> list[tuple[tuple, float]]:
+    """(target, score) pairs sorted by idx, so that each example's choices are adjacent and in order."""
+    try:
+        scores = [float(score) for score in scores]
+    except (TypeError, ValueError):
+        raise T2TError(
+            f"metric rank_classification needs one number per score, got e.g. {scores[0]!r}; "
+            "pass each choice's log likelihood."
+        ) from None
+    for target in targets:
+        if not isinstance(target, (tuple, list)) or len(target) != 4:
+            raise T2TError(
+                f"metric rank_classification needs (idx, is_correct, weight, target_length) targets, got {target!r}; "
+                "give one such tuple per choice, as t5's rank_classification postprocessor does."
+            )
+        if not hasattr(target[0], "__len__") or len(target[0]) != idx_len:
+            raise T2TError(
+                f"metric rank_classification needs idx of {idx_len} numbers (input, choice), got {target[0]!r}; "
+                "pass idx_len to match."
+            )
+    indices = collections.Counter(tuple(target[0]) for target in targets)
+    if len(indices) < len(targets):
+        duplicate = next(index for index, count in indices.items() if count > 1)
+        raise T2TError(
+            f"metric rank_classification got idx {duplicate} more than once; give every (example, choice) its own idx."
+        )
+    return sorted(zip(targets, scores), key=lambda row: tuple(row[0][0]))
+
+
+def _likeliest_choice_accuracy(rows: list[tuple[tuple, float]]) -> float:
+    """Weighted percentage of examples whose likeliest choice is correct (t5's accuracy for varying choices)."""
+    correct = total = 0.0
+    for _, choices in itertools.groupby(rows, key=lambda row: row[0][0][0]):
+        targets, scores = zip(*choices)
+        _, is_correct, weight, _ = targets[int(np.argmax(scores))]
+        correct += is_correct * weight
+        total += weight
+    return 100 * float(correct) / float(total)
+
+
+def _check_choices_per_example(rows: list[tuple[tuple, float]], num_classes: int) -> None:
+    if num_classes < 2:
+        raise T2TError(f"metric rank_classification needs num_classes of at least 2, got {num_classes}; "
+                       "pass None for examples with varying numbers of choices.")
+    counts = collections.Counter(target[0][0] for target, _ in rows)
+    for example, count in counts.items():
+        if count != num_classes:
+            raise T2TError(
+                f"metric rank_classification got {count} choices for example {example} but num_classes={num_classes}; "
+                "score every choice of every example, or pass num_classes=None."
+            )
 
 
 # -- grouped examples (MultiRC, ReCoRD) ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import sacrebleu
+import scipy.special
 import scipy.stats
 import sklearn.metrics
 from rouge_score import rouge_scorer, scoring
@@ -232,6 +233,7 @@ def test_group_metrics():
         metrics.trivia_qa,
         metrics.coqa_f1,
         metrics.span_squad,
+        metrics.rank_classification,
     ],
 )
 def test_length_mismatch_and_empty_inputs(fn):
@@ -285,7 +287,7 @@ def test_squad_follows_the_official_v1_1_rules():
     assert result == {"em": 0.0, "f1": pytest.approx(100 * 0.8)}
 
 
-NEW_METRICS = ("auc", "score_auc", "edit_distance", "trivia_qa", "coqa_f1", "span_squad",
+NEW_METRICS = ("auc", "score_auc", "edit_distance", "trivia_qa", "coqa_f1", "span_squad", "rank_classification",
                "normalize_trivia_qa")
 
 
@@ -426,3 +428,111 @@ def test_span_squad_bad_input():
         metrics.span_squad([["Denver Broncos"]], ["start: 7 end: 8"])
     with pytest.raises(T2TError, match="span_squad got an example with no reference answers"):
         metrics.span_squad([{"answers": [], "context": SPAN_CONTEXT}], ["start: 7 end: 8"])
+
+
+# -- rank_classification --------------------------------------------------------------------------------------
+
+
+def rank_targets(is_correct_rows, weights, lengths=None):
+    """t5's (idx, is_correct, weight, target_length) per choice, from one row of is_correct flags per example."""
+    return [((example, choice), flag, weights[example], lengths[example][choice] if lengths else 1)
+            for example, row in enumerate(is_correct_rows) for choice, flag in enumerate(row)]
+
+
+# two choices per example: choice 1 is correct in examples 0 and 2; example 2 weighs 2
+BINARY_CORRECT = [(False, True), (True, False), (False, True), (True, False)]
+BINARY_WEIGHTS = [1.0, 1.0, 2.0, 1.0]
+BINARY_SCORES = [-1.0, -2.0, -0.5, -3.0, -4.0, -1.0, -2.0, -1.5]
+
+
+def test_rank_classification_two_classes_by_hand():
+    """Predicted choices 0, 0, 1, 1 (the higher log likelihood): examples 1 and 2 right -> (1 + 2) / 5.
+    F1 for choice 1: true positive example 2 (weight 2), a miss (0) and a false alarm (3) of weight 1 ->
+    precision = recall = 2/3. Choice 1's softmax probabilities: sigmoid(-1), sigmoid(-2.5), sigmoid(3),
+    sigmoid(0.5) = 0.27, 0.08, 0.95, 0.62 for positives 0 (w 1), 2 (w 2) and negatives 1, 3 (w 1):
+    weighted ordered pairs 1 + 2 + 2 of 3 * 2 -> ROC 5/6; PR from the top: 0.95 hit (precision 1, recall 2/3),
+    0.62 miss, 0.27 hit (3/4, 1) -> 2/3 + 1/3 * 3/4 = 11/12. All × 100."""
+    targets = rank_targets(BINARY_CORRECT, BINARY_WEIGHTS)
+    expected = {"accuracy": pytest.approx(60.0), "f1": pytest.approx(200 / 3), "auc-roc": pytest.approx(500 / 6),
+                "auc-pr": pytest.approx(1100 / 12)}
+    assert metrics.rank_classification(targets, BINARY_SCORES, num_classes=2) == expected
+    # t5 sorts by idx, so the order the choices arrive in does not matter
+    assert metrics.rank_classification(targets[::-1], BINARY_SCORES[::-1], num_classes=2) == expected
+
+
+def test_rank_classification_areas_match_sklearn_on_softmax_probabilities():
+    targets = rank_targets(BINARY_CORRECT, BINARY_WEIGHTS)
+    probabilities = scipy.special.softmax(np.reshape(BINARY_SCORES, (-1, 2)), axis=-1)[:, 1]
+    positive = [row[1] for row in BINARY_CORRECT]
+    result = metrics.rank_classification(targets, BINARY_SCORES, num_classes=2)
+    assert result["auc-roc"] == pytest.approx(
+        100 * sklearn.metrics.roc_auc_score(positive, probabilities, sample_weight=BINARY_WEIGHTS))
+    assert result["auc-pr"] == pytest.approx(
+        100 * sklearn.metrics.average_precision_score(positive, probabilities, sample_weight=BINARY_WEIGHTS))
+
+
+def test_rank_classification_areas_of_a_single_class_are_undefined():
+    targets = rank_targets([(False, True), (False, True)], [1.0, 1.0])
+    result = metrics.rank_classification(targets, [-1.0, -2.0, -2.0, -1.0], num_classes=2)
+    assert result["accuracy"] == 50.0 and math.isnan(result["auc-roc"]) and math.isnan(result["auc-pr"])
+
+
+def test_rank_classification_normalises_by_target_length():
+    # example 3's scores -2 and -1.5 over lengths 4 and 1 become -0.5 and -1.5: it now picks choice 0, correctly
+    lengths = [(1, 1), (1, 1), (1, 1), (4, 1)]
+    targets = rank_targets(BINARY_CORRECT, BINARY_WEIGHTS, lengths)
+    plain = metrics.rank_classification(targets, BINARY_SCORES, num_classes=2)
+    normalised = metrics.rank_classification(targets, BINARY_SCORES, num_classes=2, normalize_by_target_length=True)
+    assert plain["accuracy"] == pytest.approx(60.0) and normalised["accuracy"] == pytest.approx(80.0)
+
+
+def test_rank_classification_three_classes_by_hand():
+    """Predictions 0, 1, 0, 2 against 0, 1, 2, 2: 3 of 4 right. Per-class F1: class 0 precision 1/2 recall 1
+    -> 2/3; class 1 -> 1; class 2 precision 1 recall 1/2 -> 2/3; their mean 7/9."""
+    correct = [(True, False, False), (False, True, False), (False, False, True), (False, False, True)]
+    scores = [-1, -2, -3, -2, -1, -3, -1, -3, -2, -3, -2, -1]
+    result = metrics.rank_classification(rank_targets(correct, [1.0] * 4), scores, num_classes=3)
+    assert result == {"accuracy": pytest.approx(75.0), "mean_3class_f1": pytest.approx(700 / 9)}
+    # t5 takes sklearn's subset accuracy of the indicator rows
+    predicted = np.eye(3, dtype=bool)[[0, 1, 0, 2]]
+    assert result["accuracy"] == pytest.approx(100 * sklearn.metrics.accuracy_score(np.array(correct), predicted))
+
+
+def test_rank_classification_with_several_correct_choices_reports_accuracy_only():
+    # example 0 accepts choices 0 and 1 and picks 1; example 1 accepts 2 and picks 0
+    correct = [(True, True, False), (False, False, True)]
+    scores = [-2, -1, -3, -1, -2, -3]
+    assert metrics.rank_classification(rank_targets(correct, [1.0, 1.0]), scores, num_classes=3) == {
+        "accuracy": 50.0}
+
+
+def test_rank_classification_with_varying_numbers_of_choices():
+    """Example 5 (3 choices, weight 1) picks its correct choice 2; example 9 (2 choices, weight 3) picks the
+    wrong choice 1; example 2 has one choice, correct (weight 1): (1 + 0 + 1) / 5."""
+    targets = [((5, 0), False, 1, 2), ((5, 1), False, 1, 2), ((5, 2), True, 1, 2), ((9, 0), True, 3, 1),
+               ((9, 1), False, 3, 1), ((2, 0), True, 1, 4)]
+    scores = [-3.0, -2.0, -1.0, -1.0, -0.5, -9.0]
+    assert metrics.rank_classification(targets, scores) == {"accuracy": pytest.approx(40.0)}
+
+
+def test_rank_classification_compares_scores_in_float32_as_t5():
+    # -1 - 1e-9 and -1 are one float32 number: the tie goes to the first choice, which is correct
+    targets = rank_targets([(True, False), (False, True)], [1.0, 1.0])
+    assert metrics.rank_classification(targets, [-1 - 1e-9, -1.0, -2.0, -1.0], num_classes=2)["accuracy"] == 100
+
+
+@pytest.mark.parametrize(
+    "targets, scores, kwargs, message",
+    [
+        ([((0, 0), True), ((0, 1), False)], [-1.0, -2.0], {}, r"needs \(idx, is_correct, weight, target_length\)"),
+        ([((0, 0, 0), True, 1, 1), ((0, 1, 0), False, 1, 1)], [-1.0, -2.0], {}, "idx of 2 numbers"),
+        ([((0, 0), True, 1, 1), ((0, 0), False, 1, 1)], [-1.0, -2.0], {}, r"idx \(0, 0\) more than once"),
+        ([((0, 0), True, 1, 1), ((0, 1), False, 1, 1), ((0, 2), False, 1, 1), ((1, 0), True, 1, 1)],
+         [-1.0, -2.0, -3.0, -1.0], {"num_classes": 2}, "3 choices for example 0 but num_classes=2"),
+        ([((0, 0), True, 1, 1)], [-1.0], {"num_classes": 1}, "num_classes of at least 2"),
+        ([((0, 0), True, 1, 1)], ["likely"], {}, "one number per score"),
+    ],
+)
+def test_rank_classification_bad_input(targets, scores, kwargs, message):
+    with pytest.raises(T2TError, match=message):
+        metrics.rank_classification(targets, scores, **kwargs)
