@@ -338,7 +338,8 @@ AX_ROWS = [("", "", "Negation", "", "Artificial", "The cat sat.", "The cat did n
            ("", "Coordination scope", "", "", "Reddit", "Tea and cake.", "Cake.", "neutral"),
            ("", "", "", "World knowledge", "ACL", "Paris is in France.", "Paris is in Italy.", "contradiction")]
 AX_LABELLED_TEXT = "\r\n".join([AX_HEADER] + ["\t".join(row) for row in AX_ROWS]) + "\r\n"  # CRLF as published
-AX_UNLABELLED_TEXT = "index\tsentence1\tsentence2\n0\tThe cat sat.\tThe cat did not sit.\n1\tA dog ran.\tAn animal ran.\n"
+AX_UNLABELLED_TEXT = ("index\tsentence1\tsentence2\n0\tThe cat sat.\tThe cat did not sit.\n"
+                      "1\tA dog ran.\tAn animal ran.\n")
 
 
 def test_labelled_ax_file_is_read_with_its_labels(tmp_path):
@@ -367,8 +368,9 @@ def test_labelled_ax_file_with_a_bad_label_names_file_and_line(tmp_path):
 
 
 def r3(targets, predictions) -> float:
-    """GLUE's R3 (Gorodkin's K-class Matthews correlation) × 100 from its definition over the confusion counts:
-    (c·s − Σ p_k t_k) / sqrt((s² − Σ p_k²)(s² − Σ t_k²)), c correct, s samples, p_k/t_k predicted/true counts."""
+    """GLUE's R3 (Gorodkin's K-class Matthews correlation) × 100 from its definition over the confusion
+    counts: (c·s − Σ p_k t_k) / sqrt((s² − Σ p_k²)(s² − Σ t_k²)), c correct, s samples, p_k/t_k predicted/true
+    counts per class."""
     classes = sorted(set(targets) | set(predictions))
     s, c = len(targets), sum(t == p for t, p in zip(targets, predictions))
     t_k = [targets.count(k) for k in classes]
