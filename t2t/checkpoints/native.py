@@ -38,6 +38,7 @@ import logging
 import os
 import random
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -326,7 +327,7 @@ def verify_checkpoint(path: str | os.PathLike, names: list[str] | None = None) -
     if not file.is_file():
         raise T2TError(f"checkpoint {path} has no {file.name}, so its files cannot be verified (it was deleted, "
                        f"or the checkpoint predates checksums); if you trust its files, record them with `cd "
-                       f"{path} && sha256sum * > {file.name}`, or load it unchecked with --set "
+                       f"{shlex.quote(str(path))} && sha256sum * > {file.name}`, or load it unchecked with --set "
                        f"verify_checkpoints=false (t2t-train, t2t-eval, t2t-predict).")
     problem = _checksum_problem(path, names)
     if problem:

@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,14 +178,26 @@ def verify_run_files(run_dir: Path) -> None:
     names = [p.relative_to(run_dir).as_posix() for p in files]
     if not file.is_file():
         raise T2TError(f"run {run_dir} has no {file.name} for its {', '.join(names)}, so they cannot be verified "
-                       f"(it was deleted, or the run predates it); if you trust them, record them with `cd "
-                       f"{run_dir} && sha256sum {' '.join(names)} > {file.name}`.")
+                       f"(it was deleted, or the run predates it); if you trust them, record them with "
+                       f"`{record_command(run_dir, names)}`.")
     recorded = durable.parse_checksums(file.read_text(errors="replace")) or {}
     problem = _run_file_problem(run_dir, files, recorded)
     if problem:
+        again = (f"record them again with `{record_command(run_dir, names)}`" if names else
+                 f"drop the record with `{record_command(run_dir, names)}` (the run then reads the files its "
+                 f"settings name)")
         raise T2TError(f"run file {problem} (checksums in {file}); it was replaced or damaged after training "
-                       f"wrote it, so restore the run's copy, or, if you trust the files as they are now, record "
-                       f"them again with `cd {run_dir} && sha256sum {' '.join(names)} > {file.name}`.")
+                       f"wrote it, so restore the run's copy, or, if you trust the run's files as they are now, "
+                       f"{again}.")
+
+
+def record_command(run_dir: Path, names: list[str]) -> str:
+    """The shell command that records the checksums of the run's copies ``names`` as they are now (with no
+    copy left, the one that removes the record), paths quoted for the shell."""
+    if not names:
+        return f"rm {shlex.quote(str(run_dir / durable.CHECKSUMS_FILE))}"
+    return (f"cd {shlex.quote(str(run_dir))} && sha256sum {' '.join(shlex.quote(n) for n in names)} > "
+            f"{durable.CHECKSUMS_FILE}")
 
 
 def _run_file_problem(run_dir: Path, files: list[Path], recorded: dict[str, str]) -> str | None:
@@ -497,7 +510,7 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def _copy(source: Path, target: Path) -> None:
     if not source.is_file():
         raise T2TError(f"{source} does not exist, so the run cannot keep a copy of it; check the path.")
-    if same_file(source, target):
+    if not target.is_symlink() and same_file(source, target):  # a link is replaced, never kept or written through
         return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

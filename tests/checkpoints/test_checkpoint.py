@@ -7,6 +7,7 @@ import os
 import random
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -598,6 +599,15 @@ def test_a_checkpoint_without_its_checksums_is_refused_like_a_corrupt_one(tmp_pa
     with pytest.raises(T2TError, match=expected):
         load_checkpoint(path)
     load_model(path, verify=False)  # the way out, for a user who knows
+
+
+def test_the_command_a_checkpoint_without_checksums_suggests_works_in_a_shell(tmp_path):
+    path = save_checkpoint(tmp_path / "my run", 1, tiny_model())
+    (path / "checksums.sha256").unlink()
+    with pytest.raises(T2TError, match="if you trust its files, record them with") as error:
+        load_model(path)
+    subprocess.run(re.search(r"`([^`]*)`", str(error.value))[1], shell=True, check=True, timeout=30)
+    load_model(path)
 
 
 def test_a_file_the_save_did_not_list_is_refused(tmp_path):

@@ -458,7 +458,8 @@ def test_a_run_whose_module_is_not_what_its_training_imported_needs_consent(setu
         assert recorded.pop("module_sha256") == {"copy_task.py": durable.sha256_of(copy)}
         (step / "train_config.yaml").write_text(yaml.safe_dump(recorded))
         rewrite_checksums(step)
-        reason = rf"{step / 'train_config.yaml'} records no sha256 of copy_task.py \(runs from before t2t recorded them\)"
+        reason = (rf"{step / 'train_config.yaml'} records no sha256 of copy_task.py \(runs from before t2t "
+                  rf"recorded them\)")
     refusal = rf"would import its module files {copy}, code that runs as you, and {reason}; read them and pass"
     with pytest.raises(T2TError, match=refusal):
         train(settings(setup, run, train_steps=3, vocab=None, modules=[]))
@@ -553,6 +554,46 @@ def test_the_command_a_changed_run_file_suggests_records_it_again(setup, tmp_pat
     command = re.search(r"record them again with `(.*)`", str(error.value))[1]
     subprocess.run(command, shell=True, check=True)
     assert evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), trust_modules=True, max_length=4))
+
+
+@pytest.mark.parametrize("gone", [["spiece.model"], ["spiece.model", "modules/copy_task.py"]])
+def test_the_command_a_run_with_missing_copies_suggests_works_in_a_shell(tmp_path, gone):
+    """With every copy gone the suggestion was `sha256sum  > checksums.sha256`, which reads stdin and records
+    "-"; a folder name with a space broke the `cd`."""
+    run = tmp_path / "my run"
+    (run / "modules").mkdir(parents=True)
+    (run / "spiece.model").write_bytes(tiny_vocabulary().path.read_bytes())
+    (run / "modules" / "copy_task.py").write_text(MODULE)
+    run_lib.record_checksums(run)
+    for name in gone:
+        (run / name).unlink()
+    with pytest.raises(T2TError, match=r"is missing .*if you trust the run's files as they are now") as error:
+        run_lib.verify_run_files(run)
+    command = re.search(r"`([^`]*)`", str(error.value))[1]
+    subprocess.run(command, shell=True, check=True, stdin=subprocess.DEVNULL, timeout=30)
+    run_lib.verify_run_files(run)
+    assert (run / "checksums.sha256").is_file() == (len(gone) == 1)
+
+
+def test_training_never_writes_through_links_placed_in_the_run_folder(setup, tmp_path):
+    """A link at the run's lock stops training before anything is written; links at the run's copies (even to
+    a file with the right contents) are replaced by files of the run's own, their targets untouched."""
+    precious = tmp_path / "precious.model"
+    precious.write_bytes(Path(setup.vocab).read_bytes())
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(precious)
+    with pytest.raises(T2TError, match=rf"^{run / '.lock'} is a symbolic link, and t2t never writes through"):
+        train(settings(setup, run))
+    assert precious.read_bytes() == Path(setup.vocab).read_bytes() and sorted(os.listdir(run)) == [".lock"]
+    (run / ".lock").unlink()
+    for name in ("spiece.model", "checksums.sha256", "lineage.json"):
+        (run / name).symlink_to(precious)
+    run_lib.record_run(run, setup.vocab, [setup.module])
+    run_lib.record_lineage(run, "google-t5/t5-small")
+    assert not any(p.is_symlink() for p in run.iterdir())
+    assert precious.read_bytes() == Path(setup.vocab).read_bytes()
+    run_lib.verify_run_files(run)
 
 
 def test_a_runs_copies_follow_the_umask(setup, tmp_path):
