@@ -10,11 +10,12 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Literal, TypeVar, Union
+from typing import Any, Callable, Iterable, Literal, TypeVar, Union
 
 import yaml
 
@@ -147,16 +148,33 @@ class SettingError(T2TError):
 def check(settings: Any, *, positive: Iterable[str] = (), non_negative: Iterable[str] = (),
           fraction: Iterable[str] = ()) -> None:
     """Range checks for a settings dataclass, called from its ``__post_init__`` (so a config file, a flag and
-    Python code are held to the same rules): each named field must be > 0, >= 0, or in [0, 1).
-    None passes (it means "not set")."""
-    rules = [(positive, "> 0", lambda v: v > 0), (non_negative, ">= 0", lambda v: v >= 0),
-             (fraction, "in [0, 1)", lambda v: 0 <= v < 1)]
+    Python code are held to the same rules): every float field must be finite (inf passes "> 0"), and each
+    named field must be > 0, >= 0, or in [0, 1). None passes (it means "not set")."""
+    rules = [(tuple(positive), "> 0", lambda v: v > 0), (tuple(non_negative), ">= 0", lambda v: v >= 0),
+             (tuple(fraction), "in [0, 1)", lambda v: 0 <= v < 1)]
+    ranges = {name: requirement for names, requirement, _ in rules for name in names}
+    for name in float_fields(type(settings)):
+        require(settings, name, f"a finite number {ranges.get(name, '')}".rstrip(), math.isfinite)
     for names, requirement, holds in rules:
         for name in names:
-            value = getattr(settings, name)
-            values = value if isinstance(value, (list, tuple)) else (value,)
-            if value is not None and not all(holds(v) for v in values):
-                raise SettingError(name, requirement, value)
+            require(settings, name, requirement, holds)
+
+
+def require(settings: Any, name: str, requirement: str, holds: Callable[[Any], bool]) -> None:
+    """Field ``name`` (each value of a list or tuple) must satisfy ``holds``, or be None."""
+    value = getattr(settings, name)
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    if value is not None and not all(holds(v) for v in values):
+        raise SettingError(name, requirement, value)
+
+
+@functools.cache
+def float_fields(cls: type) -> tuple[str, ...]:
+    """The fields of settings dataclass ``cls`` that hold floats (``float``, ``float | None``,
+    ``tuple[float, float]``)."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if hints[f.name] is float or float in typing.get_args(hints[f.name]))
 
 
 def given(settings: Any, names: Iterable[str]) -> list[str]:

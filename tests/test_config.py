@@ -179,12 +179,16 @@ def test_bad_model_settings_are_one_sentence(setting, message):
     (["--set", "dropout_rate=1.5"], "setting dropout_rate must be in [0, 1), got 1.5"),
     (["--set", "optimizer.adam_betas=[0.9, 1.0]"], "setting optimizer.adam_betas must be in [0, 1)"),
     (["--set", "optimizer.adam_eps=1e-6"], "optimizer.adam_eps 1e-06 is only read when optimizer.name is adamw"),
+    (["--set", "optimizer.weight_decay=inf"], "setting optimizer.weight_decay must be a finite number >= 0, got inf"),
+    (["--set", "optimizer.learning_rate=.inf"], "setting optimizer.learning_rate must be a finite number > 0, got inf"),
+    (["--set", "z_loss=nan"], "setting z_loss must be a finite number >= 0, got nan"),
     (["--eval-mixture", "glue_v002"], "eval_mixture is set but eval_every is 0, so training evaluates nothing"),
     (["--set", "eval_max_examples=64"], "eval_max_examples is set but eval_every is 0"),
 ])
 def test_out_of_range_training_settings_are_one_sentence_at_resolution(flags, message, capsys):
     from t2t.cli import train_main
-    assert train_main(["--task", "rte", "--model", "t5-tiny", *flags]) == 2
+    # --print-config: a check that let the value pass prints the settings rather than training
+    assert train_main(["--task", "rte", "--model", "t5-tiny", "--print-config", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
 
@@ -200,6 +204,28 @@ def test_settings_built_in_python_are_held_to_the_same_rules():
     with pytest.raises(config.SettingError, match="setting beam_size must be > 0, got 0"):
         EvalConfig(beam_size=0)
     assert TrainConfig(eval_every=0, keep_checkpoints=0).eval_every == 0  # 0: no evaluation, keep all
+
+
+def every_float_setting():
+    from t2t.evaluation.evaluate import EvalConfig
+    from t2t.evaluation.predict import PredictConfig
+    from t2t.models.t5 import ModelConfig
+    from t2t.training.optim import OptimizerConfig
+    from t2t.training.train import TrainConfig
+    from t2t.training.transfer import TransferConfig
+    classes = [TrainConfig, OptimizerConfig, TransferConfig, ModelConfig, EvalConfig, PredictConfig]
+    return [(cls, name) for cls in classes for name in config.float_fields(cls)]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_every_float_setting_must_be_finite(value):
+    """Whatever its range (lm_loss_weight has none; inf passes "> 0"), a float setting is a finite number."""
+    settings = every_float_setting()
+    assert len(settings) >= 12  # the list is found, not empty: learning_rate, z_loss, temperature, ...
+    for cls, name in settings:
+        given = (0.9, value) if name == "adam_betas" else value
+        with pytest.raises(config.SettingError, match=rf"setting {name} must be a finite number"):
+            cls(**{name: given})
 
 
 def test_eval_settings_are_checked_by_the_cli(capsys):

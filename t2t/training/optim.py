@@ -50,8 +50,6 @@ class OptimizerConfig:
     def __post_init__(self):
         config.check(self, positive=("learning_rate", "rsqrt_offset", "adam_eps"),
                      non_negative=("warmup_steps", "weight_decay", "grad_clip_norm"), fraction=("adam_betas",))
-        if not math.isfinite(self.learning_rate):  # inf passes "> 0"
-            raise config.SettingError("learning_rate", "a finite number > 0", self.learning_rate)
         self._refuse_unused()
 
     def _refuse_unused(self) -> None:
