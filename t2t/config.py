@@ -297,10 +297,29 @@ def load(cls: type[T], files: Iterable[str | Path] = (), overrides: Iterable[str
     overrides (``--set``). Every command resolves its settings here."""
     data = dict(base or {})
     for file in files:
-        data = merge(data, read_config_file(find_config(file, kind)))
-    data = merge(data, nest((given or {}).items()))
-    data = merge(data, parse_overrides(overrides))
+        data = merge(data, with_linked(cls, read_config_file(find_config(file, kind))))
+    data = merge(data, with_linked(cls, nest((given or {}).items())))
+    data = merge(data, with_linked(cls, parse_overrides(overrides)))
     return from_dict(cls, data)
+
+
+def with_linked(cls, layer: dict) -> dict:
+    """One layer of settings (a file, the flags, ``--set``) with what its keys also set: ``cls.LINKED``
+    maps a dotted key to a top-level setting that overrides it (``{"model.dropout_rate": "dropout_rate"}``),
+    so that of a recipe's ``dropout_rate`` and a later ``--set model.dropout_rate`` the later wins. One
+    layer giving both different values is one sentence."""
+    for key, target in getattr(cls, "LINKED", {}).items():
+        *parents, leaf = key.split(".")
+        node = layer
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        if target in layer and layer[target] != node[leaf]:
+            raise T2TError(f"settings {target} {layer[target]!r} and {key} {node[leaf]!r} are given together and "
+                           f"set the same thing; give one of them.")
+        layer = {**layer, target: node[leaf]}
+    return layer
 
 
 def describe(cls, key: str) -> tuple[Any, Any, str]:

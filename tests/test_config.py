@@ -232,3 +232,14 @@ def test_eval_settings_are_checked_by_the_cli(capsys):
     from t2t.cli import eval_main
     assert eval_main(["--task", "rte", "--checkpoint", "x", "--batch-size", "-4"]) == 2
     assert capsys.readouterr().err.startswith("error: setting batch_size must be > 0, got -4")
+
+
+def test_a_model_dropout_rate_given_after_a_recipe_wins_and_one_layer_giving_both_is_refused():
+    from t2t.training.train import TrainConfig
+    assert config.load(TrainConfig, ["cpu-smoke"]).dropout_rate == 0.0  # the recipe's, over t5-tiny's 0.1
+    assert config.load(TrainConfig, ["cpu-smoke"], ["model.dropout_rate=0.3"]).dropout_rate == 0.3
+    assert config.load(TrainConfig, ["cpu-smoke"], given={"model.dropout_rate": 0.2}).dropout_rate == 0.2
+    assert config.load(TrainConfig, ["cpu-smoke"], ["model.dropout_rate=0.3", "dropout_rate=0.3"]).dropout_rate == 0.3
+    with pytest.raises(T2TError, match=r"settings dropout_rate 0\.2 and model\.dropout_rate 0\.3 are given together "
+                                       r"and set the same thing; give one of them\."):
+        config.load(TrainConfig, ["cpu-smoke"], ["model.dropout_rate=0.3", "dropout_rate=0.2"])

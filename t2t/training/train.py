@@ -85,6 +85,9 @@ class TrainConfig:
     compile: bool = False             # the forward pass and loss through torch.compile (one graph: fixed row shapes)
     batches_ahead: int | None = None  # batches packed ahead on a background thread (None: 2 on CUDA, 0 on the CPU)
 
+    # model.dropout_rate given in a layer of settings sets dropout_rate too, which overrides it (config.load)
+    LINKED = {"model.dropout_rate": "dropout_rate"}
+
     def __post_init__(self):
         config.check(self, positive=("train_steps", "batch_size", "grad_accum_steps", "input_length",
                                      "target_length", "log_every", "save_every", "eval_max_examples",

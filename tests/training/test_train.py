@@ -310,3 +310,16 @@ def test_a_preset_that_differs_from_the_init_from_model_is_refused(copy_task, tm
     same = {"preset": copy_task["model"], "num_decoder_layers": 2}  # as Hugging Face configs spell the default
     train(settings(copy_task, tmp_path / "spelt", init_from=str(run), model=same, train_steps=1))
     train(settings(copy_task, tmp_path / "none", init_from=str(run), model=None, train_steps=1))
+
+
+def test_a_model_dropout_rate_given_after_a_recipe_wins_over_the_recipes_dropout_rate(copy_task, tmp_path):
+    """A recipe's dropout_rate (cpu-smoke's 0.0) overrides the model's; ``--set model.dropout_rate=0.3`` after
+    it is the user's and wins: it trains (other losses than the recipe's) and is recorded."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({**config.to_dict(settings(copy_task, tmp_path, train_steps=2)), "dropout_rate": 0.0}))
+    as_recipe = train(config.load(TrainConfig, [recipe], [f"output_dir={tmp_path / 'recipe'}"]))
+    cfg = config.load(TrainConfig, [recipe], [f"output_dir={tmp_path / 'set'}", "model.dropout_rate=0.3"])
+    with_set = train(cfg)
+    assert losses(with_set) != losses(as_recipe)
+    saved = checkpoint.read_settings(tmp_path / "set")
+    assert (saved["dropout_rate"], saved["model"]["dropout_rate"]) == (0.3, 0.3)
