@@ -302,15 +302,17 @@ def _hub_error(repo_id: str, e: Exception) -> T2TError:
 
 
 GENERATION_FILE = "generation_config.json"
+BEAM_SEARCH_FILE = "t5_beam_search.json"  # GenerationConfig.from_pretrained(folder, BEAM_SEARCH_FILE)
 T5_BEAMS = 4  # the T5 paper's beam search (translation, summaries): 4 beams, length penalty alpha 0.6
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_FILES = (VOCAB_FILE, TOKENIZER_JSON, "tokenizer_config.json")
-_EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, *TOKENIZER_FILES}
+_EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, BEAM_SEARCH_FILE, *TOKENIZER_FILES}
 OLD_PREFIX = ".old-"  # an earlier export, renamed aside while the new one takes its name
 
 
 def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path:
-    """Write ``model`` as a Hugging Face T5 folder (config.json, generation_config.json, model.safetensors)
+    """Write ``model`` as a Hugging Face T5 folder (config.json, generation_config.json, t5_beam_search.json,
+    model.safetensors)
     loadable by ``transformers.T5ForConditionalGeneration.from_pretrained(out_dir)``; with ``vocabulary`` (a
     SentencePieceVocabulary or a .model path) also the tokenizer files ``AutoTokenizer`` reads.
 
@@ -334,6 +336,7 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
         write_with(new / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
         write_text(new / CONFIG_FILE, json.dumps(model_config_to_hf(model.config), indent=2))
         write_text(new / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
+        write_text(new / BEAM_SEARCH_FILE, json.dumps(beam_search_config(model.config), indent=2))
         if vocabulary is not None:
             _write_tokenizer(vocabulary, new)
         durable.fsync_dir(new)
@@ -361,17 +364,20 @@ def _swap_in(new: Path, out: Path) -> None:
 
 
 def generation_config(cfg: ModelConfig) -> dict:
-    """The special ids ``generate`` needs and T5's beam search as transformers can say it: 4 beams, ``length_penalty``
+    """The special ids ``generate`` needs: transformers' default decode is then greedy, as ``t2t-predict``'s."""
+    return {"decoder_start_token_id": cfg.decoder_start_id, "eos_token_id": cfg.eos_id, "pad_token_id": cfg.pad_id}
+
+
+def beam_search_config(cfg: ModelConfig) -> dict:
+    """T5's beam search as transformers can say it, for ``t2t-predict --beam-size 4``: 4 beams, ``length_penalty``
     T5's alpha (0.6) and ``early_stopping`` "never", the search t2t runs (t2t.models.decoding.beam_search).
 
-    transformers' penalty is ``length ** length_penalty`` where T5's is ``((5 + length) / 6) ** alpha``, so
-    where the two rank a short hypothesis against a longer one differently the decodes can differ
-    (``t5_length_penalty`` says where). The beams are set because transformers warns about a length penalty
-    with one beam, and 4.x refuses to save such a config (``save_pretrained`` raises); so transformers'
-    ``generate()`` searches 4 beams by default, as T5 decoded translation and summaries, while
-    ``t2t-predict`` is greedy unless ``--beam-size`` says otherwise: pass ``num_beams=1`` for greedy."""
-    return {"decoder_start_token_id": cfg.decoder_start_id, "eos_token_id": cfg.eos_id,
-            "pad_token_id": cfg.pad_id, "num_beams": T5_BEAMS, "length_penalty": ALPHA, "early_stopping": "never"}
+    It is a file of its own, not the defaults of generation_config.json: transformers refuses a length penalty
+    without beams, and beams by default would make transformers' plain ``generate()`` differ from t2t's greedy
+    default. transformers' penalty is ``length ** length_penalty`` where T5's is ``((5 + length) / 6) ** alpha``,
+    so where the two rank a short hypothesis against a longer one differently the decodes can differ
+    (``t5_length_penalty`` says where)."""
+    return {**generation_config(cfg), "num_beams": T5_BEAMS, "length_penalty": ALPHA, "early_stopping": "never"}
 
 
 def _export_dir(out: Path) -> Path:

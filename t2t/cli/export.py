@@ -13,14 +13,15 @@ from t2t.data.vocab import load_vocabulary
 EXAMPLES = """\
   t2t-export --checkpoint runs/glue-small --to hf exported/glue-small
 then, in Python: T5ForConditionalGeneration.from_pretrained("exported/glue-small") and
-                 AutoTokenizer.from_pretrained("exported/glue-small"); its generate() searches 4 beams
-                 (T5's beam search, length_penalty 0.6): num_beams=1 is t2t-predict's greedy default
+                 AutoTokenizer.from_pretrained("exported/glue-small"); generate() is greedy, as t2t-predict;
+                 generation_config=GenerationConfig.from_pretrained("exported/glue-small", "t5_beam_search.json")
+                 is the closest transformers has to t2t-predict --beam-size 4 (T5's length penalty, alpha 0.6)
 """
 
 
 def parser() -> argparse.ArgumentParser:
     p = new_parser("t2t-export", "Write a run's model and vocabulary as a Hugging Face T5 folder "
-                   "(model.safetensors, config.json, generation_config.json, spiece.model, "
+                   "(model.safetensors, config.json, generation_config.json, t5_beam_search.json, spiece.model, "
                    "tokenizer.json, tokenizer_config.json) that transformers' T5ForConditionalGeneration and AutoTokenizer "
                    "load with from_pretrained.", EXAMPLES)
     p.add_argument("--checkpoint", required=True, help="a run's output dir (its latest checkpoint) or one "

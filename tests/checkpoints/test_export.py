@@ -131,7 +131,8 @@ def test_export_refuses_a_folder_with_other_files_and_a_vocabulary_too_large(tmp
     assert export("--checkpoint", str(run), "--to", "hf", str(out)) == 0
     assert export("--checkpoint", str(run), "--to", "hf", str(out)) == 0  # an earlier export is replaced
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
-                                                    "spiece.model", "tokenizer.json", "tokenizer_config.json"]
+                                                    "spiece.model", "t5_beam_search.json", "tokenizer.json",
+                                                    "tokenizer_config.json"]
 
     small = random_run(tmp_path / "small", tiny_vocabulary(), vocab_size=256)  # 484 ids > 256 embeddings
     with pytest.raises(T2TError, match="has 484 ids but the model only 256 embeddings"):
@@ -300,31 +301,36 @@ def test_an_export_without_a_vocabulary_leaves_no_earlier_tokenizer_behind(train
     assert export("--checkpoint", str(trained_run), "--to", "hf", str(tmp_path / "hf")) == 0
     to_hf(load_model(trained_run), tmp_path / "hf")
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "generation_config.json",
-                                                                   "model.safetensors"]
+                                                                   "model.safetensors", "t5_beam_search.json"]
 
 
-def test_exported_generation_config_is_t5s_beam_search_as_transformers_has_it(tmp_path):
-    """generation_config.json: 4 beams, length_penalty 0.6 and early_stopping "never" (transformers refuses to
-    save a length_penalty with one beam), so transformers' default decode is t2t's beam search under
-    transformers' penalty, length ** 0.6; where T5's ((5 + length) / 6) ** 0.6 picks the same hypotheses, it is
-    what t2t-predict --beam-size 4 gives."""
+def test_exported_generation_configs_are_greedy_by_default_and_t5s_beam_search_by_name(tmp_path):
+    """generation_config.json decodes greedily, as t2t-predict does by default; t5_beam_search.json is 4 beams,
+    length_penalty 0.6 and early_stopping "never" (transformers refuses a length_penalty with one beam), so with
+    it transformers runs t2t's beam search under its own penalty, length ** 0.6; where T5's ((5 + length) / 6)
+    ** 0.6 picks the same hypotheses, it is what t2t-predict --beam-size 4 gives."""
     torch.manual_seed(0)
     ours = T5(ModelConfig(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                           dropout_rate=0.0)).eval()
     with torch.no_grad():
         ours.shared.weight[1] *= 2.0  # EOS likely enough that some hypotheses end at once and others run on
     to_hf(ours, tmp_path / "hf")
-    written = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    beam = json.loads((tmp_path / "hf" / "t5_beam_search.json").read_text())
     # "never": the search t2t runs (a row stops once no live beam can win); transformers' default guesses
-    assert (written["num_beams"], written["length_penalty"], written["early_stopping"]) == (4, 0.6, "never")
+    assert (beam["num_beams"], beam["length_penalty"], beam["early_stopping"]) == (4, 0.6, "never")
     hf = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
     enc = torch.randint(2, 128, (16, 12), generator=torch.Generator().manual_seed(1))
+    greedy = hf.generate(input_ids=enc, max_new_tokens=16)[:, 1:]
+    greedy = greedy.masked_fill((greedy == 1).long().cumsum(1) - (greedy == 1).long() > 0, 0)  # EOS-filled: pad
+    ours_greedy = ours.generate(enc, max_new_tokens=16)
+    assert torch.equal(greedy[:, :ours_greedy.shape[1]], ours_greedy) and not greedy[:, ours_greedy.shape[1]:].any()
 
-    theirs = hf.generate(input_ids=enc, max_new_tokens=16)[:, 1:]  # the start token dropped
+    by_name = transformers.GenerationConfig.from_pretrained(tmp_path / "hf", "t5_beam_search.json")
+    theirs = hf.generate(input_ids=enc, max_new_tokens=16, generation_config=by_name)[:, 1:]  # start token dropped
     theirs = theirs.masked_fill((theirs == 1).long().cumsum(1) - (theirs == 1).long() > 0, 0)  # EOS-filled: pad
     hf_penalty = decoding.beam_search(ours, enc, 16, num_beams=4, length_penalty=lambda n: n ** 0.6)
     assert torch.equal(theirs[:, :hf_penalty.shape[1]], hf_penalty) and not theirs[:, hf_penalty.shape[1]:].any()
-    assert not torch.equal(hf_penalty, ours.generate(enc, max_new_tokens=16)), "beam search should beat greedy here"
+    assert not torch.equal(hf_penalty, ours_greedy), "beam search should beat greedy here"
 
     t5_penalty = ours.generate(enc, max_new_tokens=16, beam_size=4)  # t2t-predict --beam-size 4
     width = max(t5_penalty.shape[1], theirs.shape[1])
@@ -333,4 +339,5 @@ def test_exported_generation_config_is_t5s_beam_search_as_transformers_has_it(tm
     assert torch.equal(theirs[same], t5_penalty[same])
     assert sum(same) == 14  # the penalties pick different hypotheses on 2 of the 16 rows
 
+    hf.generation_config = by_name
     hf.save_pretrained(tmp_path / "saved")  # transformers 4 refuses a beam setting without beams
