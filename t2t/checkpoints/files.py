@@ -117,7 +117,9 @@ def expected_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
 
 def check_state_dict(weights: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int, ...]],
                       file: Path, against: str, partial: bool = False) -> None:
-    """One T2TError listing missing (unless ``partial``) / unexpected keys and wrong shapes."""
+    """One T2TError listing missing (unless ``partial``) / unexpected keys and wrong shapes, or naming a
+    tensor that is not finite. Every loader (t2t's checkpoints, Hugging Face folders, t5x) checks its weights
+    here before the model gets them."""
     problems = [f"{k} has shape {list(weights[k].shape)}, expected {list(shape)}"
                 for k, shape in expected.items() if k in weights and tuple(weights[k].shape) != shape]
     problems += [] if partial else [f"{k} is missing" for k in expected if k not in weights]
@@ -125,3 +127,21 @@ def check_state_dict(weights: Mapping[str, torch.Tensor], expected: Mapping[str,
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise T2TError(f"checkpoint {file} does not match {against}: {shown}.")
+    check_finite(weights, file)
+
+
+def check_finite(weights: Mapping[str, torch.Tensor], file: Path) -> None:
+    """A NaN or inf weight makes every prediction garbage (accuracy 0.00, exit 0) and every step from it
+    diverge: one T2TError naming the first such tensor."""
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not all_finite(tensor):
+            raise T2TError(f"checkpoint {file} has non-finite values (NaN or inf) in {name}; the model diverged "
+                           f"before it was saved or the file was damaged, so load an earlier checkpoint (or one "
+                           f"that trained with a lower learning_rate).")
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every value is finite. A sum is finite only if each term is, and one reduction costs far less
+    than ``isfinite(...).all()`` and its boolean copy of the tensor, so the exact test runs only when the sum
+    is not finite (which finite values that overflow float32 also make)."""
+    return bool(torch.isfinite(tensor.sum(dtype=torch.float32))) or bool(torch.isfinite(tensor).all())

@@ -596,6 +596,24 @@ def test_training_never_writes_through_links_placed_in_the_run_folder(setup, tmp
     run_lib.verify_run_files(run)
 
 
+def test_a_checkpoint_with_a_nan_weight_is_refused_by_evaluation_and_init_from(setup, tmp_path):
+    """Its checksums match, so only the weights tell: evaluation said accuracy 0.00 (exit 0) and --init-from
+    "diverged at step 1 ... lower learning_rate"; both now name the tensor and the file."""
+    from safetensors.torch import load_file, save_file
+    train(settings(setup, tmp_path / "run"))
+    step = tmp_path / "run" / "step_00000002"
+    weights = load_file(step / "model.safetensors")
+    weights["decoder.blocks.1.ff.wo.weight"][0, 0] = float("nan")
+    save_file(weights, step / "model.safetensors", {"format": "pt"})
+    rewrite_checksums(step)
+    refusal = (rf"^checkpoint {step / 'model.safetensors'} has non-finite values \(NaN or inf\) in "
+               rf"decoder.blocks.1.ff.wo.weight; the model diverged before it was saved")
+    with pytest.raises(T2TError, match=refusal):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), max_length=4))
+    with pytest.raises(T2TError, match=refusal):
+        train(settings(setup, tmp_path / "child", init_from=str(tmp_path / "run"), model=None))
+
+
 def test_a_runs_copies_follow_the_umask(setup, tmp_path):
     old = os.umask(0o022)
     try:
