@@ -61,7 +61,7 @@ LOCATIONS = ("vocab", "modules", "data_dir")
 HARMLESS_CHANGES = frozenset({
     "train_steps", "log_every", "save_every", "keep_checkpoints", "eval_every", "eval_max_examples",
     "eval_mixture", "eval_batch_size", "verify_checkpoints", "device", "threads", "parallelism", "output_dir",
-    "init_from", "batches_ahead"})
+    "batches_ahead"})
 
 
 # Settings that a schedule is a function of: changing them on resume changes the rates already on their way.

@@ -199,8 +199,26 @@ def resume_settings(cfg: TrainConfig, latest: Path, allow_changed_settings: bool
     cfg = run_lib.with_run_locations(cfg, run)
     load_modules(cfg.modules)  # the lengths may come from a task the modules register
     cfg = with_sequence_lengths(cfg, run)
+    cfg = with_run_init_from(cfg, run)
     run_lib.check_resume(run, config.to_dict(cfg), allow_changed_settings, defaults=config.to_dict(TrainConfig()))
     return cfg
+
+
+def with_run_init_from(cfg: TrainConfig, run: run_lib.Run) -> TrainConfig:
+    """``cfg`` with the resumed run's own ``init_from``: resuming loads the run's checkpoint, so another model
+    given would be neither loaded nor true of the run's weights, and is refused rather than recorded."""
+    recorded = run.settings.get("init_from")
+    if cfg.init_from is None or cfg.init_from == recorded or same_path(cfg.init_from, recorded):
+        return dataclasses.replace(cfg, init_from=recorded)
+    started = f"from {recorded}" if recorded else "from scratch"
+    raise T2TError(f"{run.path} resumes from its own checkpoint {run.checkpoint.name} (it started {started}), so "
+                   f"--init-from {cfg.init_from} would not be loaded; leave --init-from out to resume the run, or "
+                   f"pass another --output-dir to start a new run from {cfg.init_from}.")
+
+
+def same_path(given: str, recorded: str | None) -> bool:
+    """Whether two spellings of ``init_from`` name the same existing folder or file."""
+    return recorded is not None and Path(given).exists() and Path(given).resolve() == Path(recorded).resolve()
 
 
 def set_up_process(cfg: TrainConfig) -> torch.device:

@@ -323,3 +323,26 @@ def test_a_model_dropout_rate_given_after_a_recipe_wins_over_the_recipes_dropout
     assert losses(with_set) != losses(as_recipe)
     saved = checkpoint.read_settings(tmp_path / "set")
     assert (saved["dropout_rate"], saved["model"]["dropout_rate"]) == (0.3, 0.3)
+
+
+def test_resuming_with_another_init_from_is_refused_and_never_recorded(copy_task, tmp_path, caplog):
+    """Resuming loads the run's own checkpoint: another --init-from would be recorded for weights it never
+    gave. The run's own (or another spelling of its path), or none, resumes and keeps it."""
+    base = tmp_path / "base"
+    train(settings(copy_task, base, train_steps=1))
+    run = tmp_path / "run"
+    train(settings(copy_task, run, init_from=str(base), train_steps=3))
+    for other in ("google-t5/t5-small", str(tmp_path)):
+        with pytest.raises(T2TError, match=rf"{run} resumes from its own checkpoint step_0*3 \(it started from "
+                                           rf"{base}\), so --init-from {other} would not be loaded; leave --init-from "
+                                           rf"out to resume the run, or pass another --output-dir"):
+            train(settings(copy_task, run, init_from=other, train_steps=6))
+    with caplog.at_level(logging.INFO):
+        train(settings(copy_task, run, init_from=str(base / ".." / "base"), train_steps=4))
+        train(settings(copy_task, run, init_from=None, train_steps=5))
+    assert "init_from" not in caplog.text
+    assert checkpoint.read_settings(run)["init_from"] == str(base)
+    scratch = tmp_path / "scratch"
+    train(settings(copy_task, scratch, train_steps=1))
+    with pytest.raises(T2TError, match=r"\(it started from scratch\), so --init-from"):
+        train(settings(copy_task, scratch, init_from=str(base), train_steps=2))
