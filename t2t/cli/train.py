@@ -11,11 +11,12 @@ from t2t.checkpoints.run import LOCATIONS, embedding_rows, find_run, open_run, w
 from t2t.cli.common import (LOCATION_FLAGS, TASK, Flag, add_flags, add_settings, add_task_choice, new_parser,
                             print_settings, resolve, run_cli)
 from t2t.data.sources import resolve_data_dir
+from t2t.data.task import load_modules
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
 from t2t.models import distributed
 from t2t.models.t5 import resolve_model_config
-from t2t.training.train import DEFAULT_MODEL, TrainConfig, train
+from t2t.training.train import DEFAULT_MODEL, TrainConfig, train, with_sequence_lengths
 
 EXAMPLES = """\
   t2t-train --task rte --model t5-small --init-from google-t5/t5-small --config finetune --output-dir runs/rte
@@ -86,12 +87,13 @@ def resumed_settings(output_dir: str, verify: bool = True) -> dict | None:
 
 
 def resolved(cfg: TrainConfig) -> dict:
-    """The settings as training uses them (what ``--print-config`` prints): the vocabulary file and data dir
-    found, and a preset's model fields, its embedding sized for that vocabulary as training sizes it; the
-    model's settings are checked here (an unknown key is an error). A model loaded from ``init_from`` is
-    that checkpoint's, so it is left as given."""
+    """The settings as training uses them (what ``--print-config`` prints): the sequence lengths, the
+    vocabulary file and data dir found, and a preset's model fields, its embedding sized for that vocabulary
+    as training sizes it; the model's settings are checked here (an unknown key is an error). A model loaded
+    from ``init_from`` is that checkpoint's, so it is left as given."""
     setting = cfg.model or DEFAULT_MODEL
     model = config.to_dict(resolve_model_config(setting))  # first: a bad model key needs no vocabulary to say so
+    cfg = with_lengths(cfg)
     cfg = with_run_locations(cfg, find_run(cfg.output_dir))
     data_dir = resolve_data_dir(cfg.data_dir)
     vocab = load_vocabulary(cfg.vocab, data_dir=data_dir)
@@ -103,3 +105,14 @@ def resolved(cfg: TrainConfig) -> dict:
         preset = setting if isinstance(setting, str) else setting.get(config.PRESET)
         out["model"] = {config.PRESET: preset, **model} if preset else model
     return out
+
+
+def with_lengths(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the sequence lengths a new run takes from its task (a resumed run has its own already,
+    from its settings); the task may come from the modules the user gave, never from a run's copies (their
+    import needs consent, which printing settings does not ask for). Without a task, training refuses to
+    start, so the lengths stay unset."""
+    if not cfg.mixture or None not in (cfg.input_length, cfg.target_length):
+        return cfg
+    load_modules(cfg.modules)
+    return with_sequence_lengths(cfg, None)

@@ -139,7 +139,7 @@ def test_print_config_prints_the_resolved_settings_and_exits(tmp_path, capsys, t
     printed = yaml.safe_load(capsys.readouterr().out)
     expected = config.to_dict(config.from_dict(TrainConfig, {
         "mixture": "rte", "model": {"preset": "t5-tiny"}, "batch_size": 8, "optimizer": {"name": "adamw"},
-        "output_dir": str(tmp_path / "run")}))
+        "output_dir": str(tmp_path / "run"), "input_length": 512, "target_length": 84}))  # GLUE's, as training
     model = {**config.to_dict(resolve_model_config("t5-tiny")), "vocab_size": 32128}  # sized for T5's 32,100 ids
     assert printed == {**expected, "model": {"preset": "t5-tiny", **model}, "vocab": str(t5_vocab_path),
                        "data_dir": str(t5_vocab_path.parents[1])}
@@ -149,6 +149,27 @@ def test_print_config_prints_the_resolved_settings_and_exits(tmp_path, capsys, t
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["beam_size"] == 4 and printed["checkpoint"] == "google-t5/t5-small" and printed["split"] == "validation"
     assert (printed["vocab"], printed["data_dir"]) == (str(t5_vocab_path), str(t5_vocab_path.parents[1]))
+
+
+def test_print_config_shows_the_lengths_training_will_use(tmp_path, capsys, t5_vocab_path):
+    """A task's own lengths (here from a module the user gives) where none are given, as training takes them
+    (a resumed run's are in its settings already)."""
+    from t2t.data.task import TASKS
+    module = tmp_path / "lengths_task.py"
+    module.write_text("from t2t import InMemorySource, Task, register_task\n"
+                      "register_task(Task(name='print_config_lengths', source=InMemorySource({'train': []}),\n"
+                      "                   sequence_length={'inputs': 96, 'targets': 12}))\n")
+    try:
+        for extra, lengths in [([], (96, 12)), (["--set", "target_length=20"], (96, 20))]:
+            assert train_main(["--task", "print_config_lengths", "--module", str(module), "--model", "t5-tiny",
+                               "--output-dir", str(tmp_path / "run"), "--print-config", *extra]) == 0
+            printed = yaml.safe_load(capsys.readouterr().out)
+            assert (printed["input_length"], printed["target_length"]) == lengths
+    finally:
+        TASKS.unregister("print_config_lengths")
+    # no task: training would refuse to start, and the lengths stay unset
+    assert train_main(["--model", "t5-tiny", "--output-dir", str(tmp_path / "run"), "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["input_length"] is None
 
 
 def test_print_config_rejects_an_unknown_model_key(capsys):
