@@ -53,8 +53,9 @@ def run_cli(main=None, *, resumable: bool = False):
         except (MemoryError, RuntimeError) as e:
             if not is_out_of_memory(e):
                 raise
-            return fail(f"out of memory ({str(e).splitlines()[0] or type(e).__name__}); lower --batch-size or the "
-                        f"lengths (--max-length, input_length), or use a machine with more memory.")
+            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]  # Python's own has no message
+            return fail(f"out of memory ({first_line}); lower --batch-size or the lengths (--max-length, "
+                        f"input_length), or use a machine with more memory.")
         except KeyboardInterrupt:
             print("interrupted; run the same command again to resume from the last checkpoint." if resumable
                   else "interrupted.", file=sys.stderr)

@@ -53,6 +53,16 @@ def test_running_out_of_memory_is_one_line_and_other_errors_are_not_hidden(capsy
         broken([])
 
 
+def test_running_out_of_memory_without_a_message_is_one_line_too(capsys):
+    """Python's own MemoryError (a list of a billion rows: --batch-size 1000000000) carries no message."""
+    @run_cli
+    def main(argv):
+        raise MemoryError
+    assert main([]) == 2
+    assert capsys.readouterr().err == ("error: out of memory (MemoryError); lower --batch-size or the lengths "
+                                       "(--max-length, input_length), or use a machine with more memory.\n")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_a_cuda_device_without_cuda_is_one_sentence(name):
