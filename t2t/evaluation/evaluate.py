@@ -117,14 +117,16 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     tasks, skipped = tasks_to_evaluate(item, cfg.split, cfg.data_dir, cfg.skip_unavailable)
     if cfg.rank_classification:
         check_rank_classification(cfg, tasks)
-    out_dir = out_root / cfg.split
-    results.check_output_dir(out_dir)
+    results.check_output_dir(out_root / cfg.split)
     distributed.use_threads(cfg.threads)
     device = distributed.pick_device(cfg.device)
     folder, (model, vocab, step) = pinned(cfg.checkpoint, lambda folder: load_for_evaluation(folder, cfg))
     model = model.to(device)
+    vocabulary = results.vocabulary_record(vocab)
+    out_dir = out_root / results.split_folder(cfg.split, other_vocabulary(folder, vocabulary["sha256"]))
+    results.check_vocabulary(out_dir, [task.name for task in tasks], vocabulary)
     results.prepare_output_dir(out_dir)  # only now: a hub id that failed to load leaves no ./owner/name/eval
-    stamp = results.stamp(folder, step, cfg.split, scoring_settings(cfg))
+    stamp = results.stamp(folder, step, cfg.split, scoring_settings(cfg), vocabulary)
     scores, undefined = {}, {}
     for task in tasks:
         metrics, records, stats = evaluate_task(
@@ -172,12 +174,15 @@ def evaluate_checkpoints(cfg: EvalConfig) -> dict[str, dict]:
         raise T2TError(f"every checkpoint of {run_dir} was deleted while it was evaluated; evaluate when the "
                        f"t2t-train writing it is done, or raise its keep_checkpoints.")
     best = results.best_checkpoints(per_step)
-    record = {"run": str(run_dir), "split": cfg.split, "settings": scoring_settings(cfg), "tasks": best}
-    durable.write_atomic(out_dir / f"best.{cfg.split}.json",
+    vocabulary = results.vocabulary_record(evaluation_vocabulary(str(run_dir), cfg.vocab, cfg.data_dir))
+    name = results.split_folder(cfg.split, other_vocabulary(str(run_dir), vocabulary["sha256"]))
+    record = {"run": str(run_dir), "split": cfg.split, "vocabulary": vocabulary, "settings": scoring_settings(cfg),
+              "tasks": best}
+    durable.write_atomic(out_dir / f"best.{name}.json",
                          json.dumps(results.jsonable(record), indent=2, allow_nan=False) + "\n")
-    figures.save_figure(checkpoints_figure(per_step, best), out_dir / f"checkpoints.{cfg.split}.png")
+    figures.save_figure(checkpoints_figure(per_step, best), out_dir / f"checkpoints.{name}.png")
     print(results.format_best(best))
-    print(f"wrote best.{cfg.split}.json and checkpoints.{cfg.split}.png to {out_dir}")
+    print(f"wrote best.{name}.json and checkpoints.{name}.png to {out_dir}")
     return best
 
 
@@ -306,12 +311,23 @@ def trusted_run_settings(cfg, folder: str | None = None):
 
 def load_model_and_vocabulary(checkpoint_path: str, vocab_path: str | None, data_dir: str | None,
                               verify: bool = True):
-    """The model at ``checkpoint_path`` and the vocabulary (``vocab_path``, else the checkpoint's own, else
-    ``load_vocabulary``'s default), checked to fit its embedding."""
-    vocab = load_vocabulary(vocab_path or own_vocabulary(checkpoint_path), data_dir=data_dir)
+    """The model at ``checkpoint_path`` and its ``evaluation_vocabulary``, checked to fit its embedding."""
+    vocab = evaluation_vocabulary(checkpoint_path, vocab_path, data_dir)
     model = load_model(checkpoint_path, verify)
     run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"the model {checkpoint_path}")
     return model, vocab
+
+
+def evaluation_vocabulary(checkpoint_path: str, vocab_path: str | None, data_dir: str | None):
+    """``vocab_path``, else the checkpoint's own vocabulary, else ``load_vocabulary``'s default."""
+    return load_vocabulary(vocab_path or own_vocabulary(checkpoint_path), data_dir=data_dir)
+
+
+def other_vocabulary(checkpoint_path: str, sha256: str) -> str | None:
+    """``sha256`` (a vocabulary's) if the checkpoint carries a vocabulary of its own and this is another one,
+    else None: where results are kept apart (results.split_folder)."""
+    own = own_vocabulary(checkpoint_path)
+    return sha256 if own is not None and durable.sha256_of(Path(own)) != sha256 else None
 
 
 def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_examples=None,

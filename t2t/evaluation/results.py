@@ -9,13 +9,21 @@ One evaluation writes, under ``<output dir>/<split>/``::
     <mixture>.summary.json     a mixture's: the tasks of *this* evaluation and the benchmark averages
 
 Files are named by task (or mixture), so evaluating one task never overwrites another's results, and each
-file says which checkpoint step it scored, how and when, so a file left by an earlier evaluation never
-reads as current and a subset's or a beam search's scores never read as the full greedy evaluation's.
-Undefined metrics (a correlation of constant predictions) are ``null`` with the reason beside.
+file says which checkpoint step it scored, with which vocabulary (its path and sha256), how and when, so a
+file left by an earlier evaluation never reads as current and a subset's or a beam search's scores never
+read as the full greedy evaluation's. Undefined metrics (a correlation of constant predictions) are
+``null`` with the reason beside.
+
+The vocabulary decides what every prediction says, and another one of the same size loads without a word,
+so results of two vocabularies are kept apart rather than one replacing the other: those of a vocabulary
+other than the checkpoint's own go to ``<output dir>/<split>.vocab-<its sha256's first 12 digits>/``
+(``split_folder``), and a result file that records another vocabulary than this evaluation's is never
+overwritten (``check_vocabulary``: a checkpoint that carries no vocabulary of its own).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -235,11 +243,39 @@ def _not_writable(path: Path, reason: str) -> T2TError:
     return T2TError(f"cannot write to output dir {path} ({reason}); pass a writable --output-dir.")
 
 
-def stamp(checkpoint: str, step: int | None, split: str, settings: Mapping) -> dict:
+def stamp(checkpoint: str, step: int | None, split: str, settings: Mapping, vocabulary: Mapping) -> dict:
     """What a result file says about the evaluation that wrote it: the checkpoint and its step, the split, the
-    settings that change scores (how many examples, how decoded, in which precision) and when."""
-    return {"checkpoint": str(checkpoint), "step": step, "split": split, "settings": dict(settings),
-            "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    vocabulary (``vocabulary_record``), the settings that change scores (how many examples, how decoded, in
+    which precision) and when."""
+    return {"checkpoint": str(checkpoint), "step": step, "split": split, "vocabulary": dict(vocabulary),
+            "settings": dict(settings), "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def vocabulary_record(vocab) -> dict:
+    """``{"path", "sha256"}`` of the vocabulary an evaluation read (its SentencePiece model's bytes)."""
+    return {"path": str(vocab.path), "sha256": hashlib.sha256(vocab.model_bytes).hexdigest()}
+
+
+def split_folder(split: str, other_vocabulary: str | None) -> str:
+    """The folder of a split's results: ``<split>``, or for a vocabulary other than the checkpoint's own
+    (``other_vocabulary``: its sha256) ``<split>.vocab-<first 12 hex digits>``."""
+    return f"{split}.vocab-{other_vocabulary[:12]}" if other_vocabulary else split
+
+
+def check_vocabulary(out_dir: Path, tasks: list[str], vocabulary: Mapping) -> None:
+    """Before decoding: a task's result in ``out_dir`` that records another vocabulary than ``vocabulary`` is
+    one sentence (results of older t2t versions record none and are replaced)."""
+    for task in tasks:
+        path = Path(out_dir) / f"{task}.metrics.json"
+        try:
+            recorded = json.loads(path.read_text()).get("vocabulary") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # none there, or torn: nothing of worth to keep
+        if recorded.get("sha256") not in (None, vocabulary["sha256"]):
+            raise T2TError(f"{path} holds the result of another vocabulary ({recorded.get('path')}, sha256 "
+                           f"{str(recorded['sha256'])[:12]}) than this evaluation's ({vocabulary['path']}, sha256 "
+                           f"{vocabulary['sha256'][:12]}); pass another --output-dir to keep both, or move that "
+                           f"file away to replace it.")
 
 
 def write_task_result(out_dir: Path, task: str, metrics: Mapping[str, float], undefined: Mapping[str, str],

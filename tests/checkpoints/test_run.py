@@ -525,6 +525,35 @@ def other_vocabulary_of_the_same_size(path) -> None:
     shutil.copyfile(prefix, path)
 
 
+def test_results_of_another_vocabulary_are_kept_apart_and_say_which_vocabulary_made_them(setup, tmp_path):
+    """t2t-eval --vocab of another vocabulary of the same size replaced the run's own result, and no file said
+    which vocabulary produced it."""
+    run = tmp_path / "run"
+    train(settings(setup, run))
+    other = tmp_path / "other.model"
+    other_vocabulary_of_the_same_size(other)
+    own = {"path": str(run / "spiece.model"), "sha256": durable.sha256_of(run / "spiece.model")}
+    theirs = {"path": str(other), "sha256": durable.sha256_of(other)}
+    evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4))
+    result = run / "eval" / "validation" / f"{TASK}.metrics.json"
+    before = result.read_text()
+    evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4, vocab=str(other)))
+    apart = run / "eval" / f"validation.vocab-{theirs['sha256'][:12]}" / f"{TASK}.metrics.json"
+    assert result.read_text() == before and json.loads(before)["vocabulary"] == own
+    assert json.loads(apart.read_text())["vocabulary"] == theirs
+    evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4, vocab=setup.vocab))  # the same bytes
+    assert json.loads(result.read_text())["vocabulary"] == own
+    # a checkpoint that carries no vocabulary of its own: a result of another one is never replaced
+    plain = checkpoint.save_checkpoint(tmp_path / "plain", 2, load_model(run))
+    evaluate(EvalConfig(mixture=TASK, checkpoint=str(plain), max_length=4, vocab=setup.vocab))
+    kept = tmp_path / "plain" / "eval" / plain.name / "validation" / f"{TASK}.metrics.json"
+    with pytest.raises(T2TError, match=rf"^{kept} holds the result of another vocabulary \({setup.vocab}, sha256 "
+                                       rf"{own['sha256'][:12]}\) than this evaluation's \({other}, sha256 "
+                                       rf"{theirs['sha256'][:12]}\); pass another --output-dir to keep both"):
+        evaluate(EvalConfig(mixture=TASK, checkpoint=str(plain), max_length=4, vocab=str(other)))
+    assert json.loads(kept.read_text())["vocabulary"] == {**own, "path": setup.vocab}
+
+
 @pytest.mark.parametrize("damage", ["swapped", "truncated", "checksums deleted"])
 def test_a_damaged_run_vocabulary_is_named(setup, tmp_path, damage):
     train(settings(setup, tmp_path / "run"))
