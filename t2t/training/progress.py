@@ -71,8 +71,8 @@ def _read_lines(path: Path) -> list[tuple[bytes, dict | None]]:
     pairs = [(line, _parse_record(line)) for line in lines]
     for number, (_, record) in enumerate(pairs[:-1], 1):
         if record is None:
-            raise T2TError(f"line {number} of {path} is not a JSON record with a step; delete that line (or the "
-                           f"file) and run the same command again.")
+            raise T2TError(f"line {number} of {path} is not a JSON record with a step number; delete that line (or "
+                           f"the file) and run the same command again.")
     return pairs
 
 
@@ -84,7 +84,7 @@ def _parse_record(line: bytes) -> dict | None:
         record = json.loads(line)
     except ValueError:
         return None
-    return record if isinstance(record, dict) and "step" in record else None
+    return record if isinstance(record, dict) and type(record.get("step")) is int else None  # not "abc", true
 
 
 class LogWindow:

@@ -297,6 +297,15 @@ def test_metrics_are_cut_back_to_the_resumed_step_without_rewriting_the_rest(tmp
         MetricsLog(path, truncate_after=3)
 
 
+@pytest.mark.parametrize("step", ['"abc"', "true", "2.5", "null"])
+def test_a_metrics_line_whose_step_is_not_a_number_is_one_sentence_on_resume(tmp_path, step):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(f'{{"step": 1}}\n{{"step": {step}, "loss": 1.0}}\n{{"step": 3}}\n')
+    with pytest.raises(T2TError, match=r"line 2 of .*metrics.jsonl is not a JSON record with a step number; delete "
+                                       r"that line \(or the file\) and run the same command again\."):
+        MetricsLog(path, truncate_after=3)
+
+
 @contextlib.contextmanager
 def file_size_limit(size: int):
     """``ulimit -f`` for this process while the body runs (Python ignores SIGXFSZ: writes fail with EFBIG)."""
