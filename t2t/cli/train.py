@@ -40,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
                    help="resume even with settings that break exact continuation (batch size, optimizer, "
                         "lengths, model …); the differences are listed")
     p.add_argument("--trust-modules", action="store_true",
-                   help="resuming a run someone else wrote: import its module files (code from the run folder) "
-                        "though not given with --module")
+                   help="resuming a run not your own (another user's, or its modules changed since it recorded "
+                        "them): import its modules though not given with --module")
     add_settings(p, "optimizer.schedule=rsqrt", kind="recipes")
     return p
 

@@ -14,8 +14,8 @@ invalid predictions against invalid targets gave accuracies of 0 or 100).
 A run dir stands for its newest checkpoint at the moment it is read: evaluation pins one step folder, reads
 the step from inside it (trainer_state.json) and re-reads the newest one if a running t2t-train rotates the
 pinned one away, so results are never stamped with another checkpoint's step. Results go beside the run
-(``RUN/eval``), never inside a checkpoint, which rotation deletes. A run's module files are imported only
-with the user's consent (t2t.checkpoints.run.require_module_consent).
+(``RUN/eval``), never inside a checkpoint, which rotation deletes. A run's modules are imported as t2t's one
+ownership rule says (t2t.checkpoints.run): the user's own run unasked, any other only with --trust-modules.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class EvalConfig(DecodingConfig):
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (see TrainConfig.precision)
     all_checkpoints: bool = False     # every kept checkpoint of the run, then each task at its best (§3.1.2)
     rank_classification: bool = False  # score each task's rank_choices and pick the best instead of generating
-    trust_modules: bool = False       # import the run's module files (code) though not given with --module
+    trust_modules: bool = False       # import the modules of a run not your own (another user's, or changed)
     verify_checkpoints: bool = True   # check the checkpoint's and the run's files against their checksums
 
     def __post_init__(self):
@@ -302,8 +302,8 @@ def with_run_settings(cfg, folder: str | None = None):
 
 
 def trusted_run_settings(cfg, folder: str | None = None):
-    """:func:`with_run_settings` once the user has consented to importing the run's module files
-    (``cfg.trust_modules``, or modules of their own; see t2t.checkpoints.run.require_module_consent)."""
+    """:func:`with_run_settings` once the run's modules may be imported: it is the user's own run, or the user
+    consents (``cfg.trust_modules``, or modules of their own; see t2t.checkpoints.run.require_module_consent)."""
     run = run_lib.find_run(folder or cfg.checkpoint, cfg.verify_checkpoints)
     run_lib.require_module_consent(run, cfg.modules, cfg.trust_modules)
     return run_lib.with_run_locations(cfg, run)

@@ -40,7 +40,7 @@ class PredictConfig(DecodingConfig):
     modules: list[str] = field(default_factory=list)   # modules or .py files registering tasks (default: the run's)
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (see TrainConfig.precision)
-    trust_modules: bool = False       # import the run's module files (code) though not given with --module
+    trust_modules: bool = False       # import the modules of a run not your own (another user's, or changed)
     verify_checkpoints: bool = True   # check the checkpoint's and the run's files against their checksums
 
 
