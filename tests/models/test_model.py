@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from t2t import config as config_lib
 from t2t.errors import T2TError
-from t2t.models.t5 import ModelConfig, T5, resolve_model_config, relative_position_bucket
+from t2t.models.presets import ModelConfig, resolve_model_config
+from t2t.models.t5 import T5, relative_position_bucket
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,0 +1,87 @@
+"""The network's settings (``ModelConfig``) and the presets that name them (``configs/models/*.yaml``).
+
+Kept apart from the network (t5.py) so that the model file reads as the network alone; a preset may refine
+another preset (``configs/models/t5-base-prefix-lm.yaml`` names ``t5-base``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from t2t import config as config_lib
+from t2t.errors import T2TError
+
+
+#: T5 §3.2.1 / Figure 4: two stacks; one stack of weights run as encoder and as decoder (the decoder pass adds
+#: its cross-attention); one causal stack over inputs + targets; the same with the input prefix fully visible.
+Architecture = Literal["encoder_decoder", "shared_encoder_decoder", "decoder_only", "prefix_lm"]
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 32128
+    d_model: int = 512
+    d_kv: int = 64
+    d_ff: int = 2048
+    num_layers: int = 6
+    num_decoder_layers: int | None = None  # None: same as num_layers
+    num_heads: int = 8
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    dropout_rate: float = 0.1
+    layer_norm_epsilon: float = 1e-6
+    feed_forward_proj: Literal["relu", "gated-gelu"] = "relu"
+    tie_word_embeddings: bool = True
+    pad_id: int = 0
+    eos_id: int = 1
+    decoder_start_id: int = 0
+    adapter_dim: int = 0  # inner size of the adapter after every feed-forward network (§3.5.1); 0: none
+    architecture: Architecture = "encoder_decoder"
+    # the attention kernel: "sdpa" (a dense bias tensor per stack) or "flex" (FlexAttention: the relative
+    # position bias looked up inside the kernel, masks as block masks; no attention-probability dropout, and
+    # on the CPU forward only: it serves training on CUDA; t2t's evaluation takes SDPA, T5.dense_attention)
+    attention: Literal["sdpa", "flex"] = "sdpa"
+
+    def __post_init__(self):
+        config_lib.check(self, positive=("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
+                                         "num_heads", "relative_attention_num_buckets",
+                                         "relative_attention_max_distance", "layer_norm_epsilon"),
+                         non_negative=("pad_id", "eos_id", "decoder_start_id", "adapter_dim"),
+                         fraction=("dropout_rate",))
+        for name in ("pad_id", "eos_id", "decoder_start_id"):
+            if getattr(self, name) >= self.vocab_size:
+                raise config_lib.SettingError(name, f"< vocab_size ({self.vocab_size})", getattr(self, name))
+        exact = self.relative_attention_num_buckets // 2  # the decoder's exact-distance buckets
+        if self.relative_attention_max_distance <= exact:  # the log-spaced buckets would divide by log(1) or less
+            raise config_lib.SettingError("relative_attention_max_distance",
+                                          f"> relative_attention_num_buckets // 2 ({exact})",
+                                          self.relative_attention_max_distance)
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+    @property
+    def has_encoder(self) -> bool:
+        return self.architecture in ("encoder_decoder", "shared_encoder_decoder")
+
+
+def resolve_model_config(setting: str | Path | Mapping) -> ModelConfig:
+    """The ``model`` setting: a preset name or file, or ``{"preset": name, <field>: value, …}`` whose fields
+    override the preset's (``--set model.num_layers=3``); without a preset the fields override the defaults.
+    A preset file may itself name a ``preset`` it refines (``configs/models/t5-base-prefix-lm.yaml``)."""
+    return config_lib.from_dict(ModelConfig, _model_fields(setting, ()), "model")
+
+
+def _model_fields(setting: str | Path | Mapping, seen: tuple[Path, ...]) -> dict:
+    fields = dict(setting) if isinstance(setting, Mapping) else {config_lib.PRESET: setting}
+    preset = fields.pop(config_lib.PRESET, None)
+    if preset is None:
+        return fields
+    path = config_lib.find_config(preset, "models")
+    if path.resolve() in seen:
+        raise T2TError(f"model preset {path} names itself as its preset (through {seen[-1]}); break the cycle.")
+    return config_lib.merge(_model_fields(config_lib.read_config_file(path), seen + (path.resolve(),)), fields)
