@@ -18,8 +18,11 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
 
-    def register(self, name: str, obj: T) -> T:
-        """Register ``obj`` under ``name``."""
+    def register(self, name: str, obj: T | None = None):
+        """Register ``obj`` under ``name`` and return it; without ``obj``, a decorator that registers what it
+        decorates (``@registry.register("name")``)."""
+        if obj is None:
+            return lambda decorated: self.register(name, decorated)
         if name in self._items or name in self._aliases:
             raise T2TError(f"{self.kind} {name!r} is already registered; choose another name or remove the "
                            f"earlier registration.")
@@ -52,6 +55,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def items(self) -> list[tuple[str, T]]:
+        """(name, object) pairs in name order."""
+        return [(name, self._items[name]) for name in self.names()]
+
     def aliases(self) -> dict[str, str]:
         return dict(self._aliases)
 
@@ -64,8 +71,18 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
+# Up to this many registered names are listed whole when none is close to an unknown name.
+LISTED_NAMES = 20
+
+
 def unknown_name_message(kind: str, name: str, known: list[str]) -> str:
-    """The sentence for a name that is not registered, with up to three close matches among ``known``."""
+    """The sentence for a name that is not registered, with up to three close matches among ``known``; without
+    one, all of ``known`` when they are few (objectives), else where to list them (tasks)."""
     close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else "run `t2t-tasks` to list the registered names."
+    if close:
+        hint = f"did you mean {', '.join(close)}?"
+    elif len(known) <= LISTED_NAMES:
+        hint = f"the registered names are {', '.join(sorted(known))}."
+    else:
+        hint = "run `t2t-tasks` to list the registered names."
     return f"unknown {kind} {name!r}; {hint}"
