@@ -24,7 +24,8 @@ A :class:`Mixture` is a named list of tasks with sampling rates (a number, or a 
 ``t2t.data.mixing.rate_num_examples()``).
 
 ``TASKS`` and ``MIXTURES`` are :class:`t2t.registry.Registry` objects; ``load_modules`` imports the built-in
-task/mixture modules (one explicit list, below) and any user modules or ``.py`` files.
+task/mixture modules (every module of the ``t2t.tasks`` and ``t2t.mixtures`` packages), the modules that installed
+packages name under the ``t2t.tasks`` entry-point group, and any user modules or ``.py`` files.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import os
+import pkgutil
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -47,21 +50,12 @@ from t2t.data.sources import DataNotFoundError
 from t2t.data.tokenized import eval_examples
 from t2t.data.mixing import is_proportional, with_rate_options
 
-# The modules `t2t-train`, `t2t-eval`, `t2t-show` and `t2t-tasks` load before looking a name up.
-# Modules that are not installed (yet) are passed over; an error inside an existing module is raised.
-BUILTIN_MODULES = (
-    "t2t.tasks.glue",
-    "t2t.mixtures.glue",
-    "t2t.tasks.c4",
-    "t2t.tasks.text_files",
-    "t2t.tasks.gpt",
-    "t2t.tasks.squad",
-    "t2t.tasks.cnn_dailymail",
-    "t2t.tasks.wmt",
-    "t2t.tasks.superglue",
-    "t2t.mixtures.superglue",
-    "t2t.mixtures.multitask",
-)
+# The packages whose modules `t2t-train`, `t2t-eval`, `t2t-show` and `t2t-tasks` load before looking a name up:
+# tasks first, so that a mixture module finds its tasks registered.
+BUILTIN_PACKAGES = ("t2t.tasks", "t2t.mixtures")
+# The entry-point group through which an installed package ships task and mixture modules: each entry point's
+# value names a module that registers them when imported (e.g. ``my_tasks = my_package.tasks``).
+ENTRY_POINT_GROUP = "t2t.tasks"
 
 
 @dataclass(frozen=True)
@@ -506,7 +500,7 @@ def _unknown_message(kind: str, name: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- modules
 
-_builtins_loaded = False
+_builtin_modules_loaded: list[str] | None = None  # the built-in and installed packages' modules, once imported
 _loaded_files: dict[str, tuple[str, set[str]]] = {}  # contents' sha256 → (module name, names it registered)
 
 
@@ -514,23 +508,55 @@ def _registered_names() -> set[str]:
     return set(TASKS.names()) | set(MIXTURES.names())
 
 
-def load_builtin_modules() -> None:
-    global _builtins_loaded
-    if not _builtins_loaded:
-        _builtins_loaded = True
-        for module in BUILTIN_MODULES:
-            if _module_exists(module):
-                importlib.import_module(module)
+def builtin_modules() -> list[str]:
+    """The modules of ``BUILTIN_PACKAGES``, package by package, each package's in name order."""
+    modules = []
+    for package in BUILTIN_PACKAGES:
+        found = pkgutil.iter_modules(importlib.import_module(package).__path__, prefix=f"{package}.")
+        modules += sorted(info.name for info in found)
+    return modules
+
+
+def package_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The installed packages' entry points of ``ENTRY_POINT_GROUP``, in name order."""
+    return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: (ep.name, ep.value))
+
+
+def load_builtin_modules() -> list[str]:
+    """Import the built-in task/mixture modules, then the installed packages' ones, once per process; their
+    names."""
+    global _builtin_modules_loaded
+    if _builtin_modules_loaded is None:
+        _builtin_modules_loaded = builtin_modules()
+        for module in _builtin_modules_loaded:
+            importlib.import_module(module)
+        for entry_point in package_entry_points():
+            _import_package_module(entry_point)
+            _builtin_modules_loaded.append(entry_point.module)
+    return list(_builtin_modules_loaded)
+
+
+def _import_package_module(entry_point: importlib.metadata.EntryPoint) -> None:
+    """Import the module an installed package names; its failure is one sentence naming package and module."""
+    try:
+        importlib.import_module(entry_point.module)
+    except (Exception, SystemExit) as e:
+        package = entry_point.dist.name if entry_point.dist else entry_point.name
+        said = (str(e).strip().splitlines() or [""])[0]
+        raise T2TError(f"package {package!r} ships task module {entry_point.module!r} (entry point "
+                       f"{entry_point.name!r} of group {ENTRY_POINT_GROUP!r}), which raised {type(e).__name__}"
+                       f"{f' ({said})' if said else ''} while it was imported; upgrade or fix that package, or "
+                       f"uninstall it.") from None
 
 
 def load_modules(extra: Iterable[str] = ()) -> list[str]:
-    """Import the built-in task/mixture modules, then each user module name or ``.py`` path in ``extra``.
+    """Import the built-in task/mixture modules and the installed packages' ones, then each user module name
+    or ``.py`` path in ``extra``.
 
     Python imports a module once per process, so calling this again never registers anything twice.
     Returns the names of the modules imported.
     """
-    load_builtin_modules()
-    loaded = [m for m in BUILTIN_MODULES if m in sys.modules]
+    loaded = load_builtin_modules()
     for spec in extra or ():
         loaded.append(_import_user_module(str(spec)))
     return loaded

@@ -169,11 +169,76 @@ def test_mixture_members_and_rates():
         Mixture("m", [])
 
 
-def test_builtins_are_one_explicit_list_loaded_once():
-    assert task_module.BUILTIN_MODULES[:2] == ("t2t.tasks.glue", "t2t.mixtures.glue")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_builtins_are_every_module_of_the_packages_tasks_first_loaded_once():
+    on_disk = {f"t2t.{folder}.{path.stem}" for folder in ("tasks", "mixtures")
+               for path in (REPO / folder).glob("*.py") if path.stem != "__init__"}
+    found = task_module.builtin_modules()
+    assert set(found) == on_disk and len(found) == len(on_disk)
+    assert found == sorted(found, key=lambda name: (name.startswith("t2t.mixtures."), name))  # tasks first
     first = load_modules()
     assert load_modules() == first  # no duplicate-registration error the second time
-    assert "t2t.tasks.glue" in first and "glue_stsb_v002" in TASKS and "glue_v002_proportional" in MIXTURES
+    assert first[:len(found)] == found
+    assert "glue_stsb_v002" in TASKS and "glue_v002_proportional" in MIXTURES
+
+
+@pytest.fixture
+def fresh_module_loading(monkeypatch, tmp_path):
+    """``load_modules`` as in a new process, with ``tmp_path`` importable; what it registers is removed after."""
+    monkeypatch.setattr(task_module, "_builtin_modules_loaded", None)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(TASKS.names())
+    yield tmp_path
+    for name in set(TASKS.names()) - before:
+        TASKS.unregister(name)
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+TASK_MODULE_TEXT = ("from t2t import InMemorySource, Task, register_task\n"
+                    "register_task(Task({name!r}, InMemorySource({{'train': [{{'inputs': 'a', 'targets': 'b'}}]}})))\n")
+
+
+def test_a_new_module_in_a_builtin_package_is_found_without_a_list(fresh_module_loading, monkeypatch):
+    for package, modules in {"found_tasks": ("zeta", "alpha"), "found_mixtures": ("mix",)}.items():
+        (fresh_module_loading / package).mkdir()
+        (fresh_module_loading / package / "__init__.py").write_text("")
+        for module in modules:
+            (fresh_module_loading / package / f"{module}.py").write_text(
+                TASK_MODULE_TEXT.format(name=f"{package}_{module}_task"))
+    monkeypatch.setattr(task_module, "BUILTIN_PACKAGES", ("found_tasks", "found_mixtures"))
+    assert load_modules()[:3] == ["found_tasks.alpha", "found_tasks.zeta", "found_mixtures.mix"]
+    assert {"found_tasks_alpha_task", "found_tasks_zeta_task", "found_mixtures_mix_task"} <= set(TASKS.names())
+
+
+def install_fake_package(folder: Path, module_text: str) -> None:
+    """What ``pip install`` leaves for a package whose ``setup.cfg`` has
+    ``[options.entry_points] t2t.tasks = acme = acme_t2t_tasks``: a dist-info folder and the module."""
+    dist_info = folder / "acme_t2t-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-t2t\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text("[t2t.tasks]\nacme = acme_t2t_tasks\n")
+    (folder / "acme_t2t_tasks.py").write_text(module_text)
+
+
+def test_an_installed_package_ships_tasks_through_its_entry_point(fresh_module_loading):
+    install_fake_package(fresh_module_loading, TASK_MODULE_TEXT.format(name="acme_task"))
+    assert "acme_t2t_tasks" in load_modules()
+    assert get_task("acme_task").name == "acme_task"
+
+
+def test_a_failing_package_module_is_one_sentence_naming_package_and_module(fresh_module_loading):
+    install_fake_package(fresh_module_loading, "import no_such_dependency_of_acme\n")
+    with pytest.raises(T2TError) as failure:
+        load_modules()
+    message = str(failure.value)
+    assert message == ("package 'acme-t2t' ships task module 'acme_t2t_tasks' (entry point 'acme' of group "
+                       "'t2t.tasks'), which raised ModuleNotFoundError (No module named "
+                       "'no_such_dependency_of_acme') while it was imported; upgrade or fix that package, or "
+                       "uninstall it.")
 
 
 def test_load_user_module_by_name_and_path(tmp_path, monkeypatch):
