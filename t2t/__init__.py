@@ -7,6 +7,7 @@ The public surface (README.md, "From Python"; the layers and seams inside: docs/
     t2t.to_hf(model, "out_dir")
     vocab = t2t.SentencePieceVocabulary(path, extra_ids=100)
     t2t.register_task(t2t.Task(name, source=t2t.JsonlFiles(...), preprocessors=[...], metric_fns=[...]))
+    t2t.register_objective("my_denoiser", fn)            # then tasks name it; t2t.get_objective(name, **options)
     t2t.preprocessors.span_corruption(...), t2t.metrics.accuracy(...)
 """
 
@@ -16,6 +17,7 @@ from t2t.checkpoints.hf import from_hf, to_hf
 from t2t.checkpoints.loading import load_model
 from t2t.checkpoints.t5x import from_t5x
 from t2t.data.mixing import rate_equal, rate_num_examples, rate_unsupervised
+from t2t.data.objectives import get_objective, register_objective
 from t2t.data.sources import (CsvFiles, DataFiles, GeneratorSource, HFDataset, InMemorySource, JsonlFiles, Source,
                               TextFiles, TsvFiles)
 from t2t.data.task import Feature, Mixture, Task, get_mixture, get_task, register_mixture, register_task
@@ -37,5 +39,6 @@ def __getattr__(name: str):
 
 __all__ = ["from_hf", "to_hf", "load_model", "from_t5x", "T5", "ModelConfig", "SentencePieceVocabulary",
            "Task", "Mixture", "Feature", "register_task", "register_mixture", "get_task", "get_mixture",
+           "register_objective", "get_objective",
            "Source", "HFDataset", "DataFiles", "JsonlFiles", "CsvFiles", "TsvFiles", "TextFiles", "InMemorySource",
            "GeneratorSource", "rate_num_examples", "rate_unsupervised", "rate_equal", "T2TError", "preprocessors", "metrics"]

@@ -25,7 +25,7 @@ the buffer above differs between seeds.
 
 from __future__ import annotations
 
-from t2t import HFDataset, preprocessors, register_task
+from t2t import HFDataset, register_task
 from t2t.tasks.text_files import unsupervised_task
 
 C4_HUB_ID, C4_CONFIG = "allenai/c4", "en"
@@ -39,13 +39,13 @@ def c4_source() -> HFDataset:
 
 
 c4_v220_span_corruption = register_task(
-    unsupervised_task("c4_v220_span_corruption", c4_source(), preprocessors.span_corruption, docs_per_group=128,
+    unsupervised_task("c4_v220_span_corruption", c4_source(), "span_corruption", docs_per_group=128,
                       description="T5's pre-training objective: span corruption (15%, mean span 3) over C4 en"),
     aliases=("c4",),
 )
 
 c4_v020_unsupervised = register_task(
-    unsupervised_task("c4_v020_unsupervised", c4_source(), preprocessors.iid_noise_replace_spans, docs_per_group=128,
+    unsupervised_task("c4_v020_unsupervised", c4_source(), "iid_denoising", docs_per_group=128,
                       description="the paper's baseline objective (i.i.d. noise, replace spans) over C4 en, the "
                                   "unsupervised member of the multi-task mixtures"),
 )
@@ -54,8 +54,8 @@ c4_v020_unsupervised = register_task(
 # language-modelling target (t5's ``full_lm``: chunks of the target length, for decoder-only models), and a
 # prefix LM with a uniformly random split point (t5's ``prefix_lm``: chunks of the input length).
 c4_v220_full_lm = register_task(
-    unsupervised_task("c4_v220_full_lm", c4_source(), preprocessors.full_lm, docs_per_group=128,
+    unsupervised_task("c4_v220_full_lm", c4_source(), "full_lm", docs_per_group=128,
                       description="Table 2's LM objective: the whole C4 en chunk is the target, no inputs"))
 c4_v220_prefix_lm = register_task(
-    unsupervised_task("c4_v220_prefix_lm", c4_source(), preprocessors.prefix_lm, docs_per_group=128,
+    unsupervised_task("c4_v220_prefix_lm", c4_source(), "prefix_lm", docs_per_group=128,
                       description="Table 2's prefix LM objective: C4 en chunks split at a uniformly random point"))

@@ -1,6 +1,6 @@
 """Unsupervised tasks over a folder of plain-text files (the T5 objectives on your own corpus).
 
-``text_files_task(name, folder, objective=span_corruption)`` builds (and registers) a task that:
+``text_files_task(name, folder, objective="span_corruption")`` builds (and registers) a task that:
 
 1. reads every text file under ``folder`` recursively, in sorted path order (``TextFolderSource``);
    a relative ``folder`` is taken from the data dir at load time (``--data-dir`` / ``$T2T_DATA_DIR``);
@@ -21,11 +21,11 @@ release), except documentation: any file whose name (case-insensitively) starts 
 (starting with ``.``). ``TextFolderSource.files`` lists them, so the rule is easy to check.
 
 Registered here: ``corpus_span_corruption`` (alias ``corpus``) over ``<data dir>/corpus`` and, for the
-objectives comparison of T5 §3.3 (Tables 3-5), ``corpus_<objective>`` for every other objective in
-``t2t.data.objectives.OBJECTIVES``: ``corpus_prefix_lm``, ``corpus_bert_style``, ``corpus_mass_style``,
-``corpus_deshuffling``, ``corpus_iid_noise_replace_spans``, ``corpus_iid_noise_drop``, ``corpus_random_spans``;
-and ``corpus_full_lm`` (Table 2's LM objective: the text, each document ended by EOS, cut into chunks of
-``target_length`` tokens, each the whole target, no inputs; for decoder-only models).
+objectives comparison of T5 §3.3 (Tables 3-5), ``corpus_<objective>`` for every other objective of
+``t2t.data.objectives.PAPER_OBJECTIVES``: ``corpus_prefix_lm``, ``corpus_bert_style``,
+``corpus_mass_style``, ``corpus_deshuffling``, ``corpus_iid_noise_replace_spans``, ``corpus_iid_noise_drop``,
+``corpus_random_spans`` and ``corpus_full_lm`` (Table 2's LM objective: the text, each document ended by EOS, cut
+into chunks of ``target_length`` tokens, each the whole target, no inputs; for decoder-only models).
 The whole-text targets of BERT-style, MASS-style and deshuffling need ``target_length >= input_length``.
 """
 
@@ -140,14 +140,14 @@ class TextFolderSource(Source):
         return f"text files under {self.folder}"
 
 
-def unsupervised_task(name: str, source: Source, objective: preprocessors.Objective = preprocessors.span_corruption,
+def unsupervised_task(name: str, source: Source, objective: str | preprocessors.Objective = "span_corruption",
                       *, docs_per_group: int | None = None, description: str = "", **objective_options) -> Task:
     """A Task that turns ``source``'s ``{"text": ...}`` examples into ``objective`` training examples
-    (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective). The objectives of
+    (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective). ``objective`` is a registered
+    name (``t2t.register_objective``) or a function; ``objective_options`` are its options. The objectives of
     ``t2t.preprocessors.PER_DOCUMENT_OBJECTIVES`` (prefix LM, deshuffling) split each document on its own, as t5
     does: ``docs_per_group`` is 1 for them."""
-    if not callable(objective):
-        raise T2TError(f"objective must be a function like t2t.data.objectives.span_corruption, got {objective!r}.")
+    objective, objective_options = preprocessors.objective_and_options(objective, **objective_options)
     if objective in preprocessors.PER_DOCUMENT_OBJECTIVES:
         docs_per_group = 1
     split = functools.partial(preprocessors.concat_and_split, feature_key="targets", docs_per_group=docs_per_group,
@@ -171,7 +171,7 @@ def unsupervised_task(name: str, source: Source, objective: preprocessors.Object
 
 
 def text_files_task(name: str, folder: str | os.PathLike,
-                    objective: preprocessors.Objective = preprocessors.span_corruption, *,
+                    objective: str | preprocessors.Objective = "span_corruption", *,
                     suffixes: Sequence[str] = DEFAULT_SUFFIXES, unit: str = "paragraph", register: bool = True,
                     aliases: Sequence[str] = (), **objective_options) -> Task:
     """A task applying ``objective`` to the text files under ``folder`` (see the module docstring);
@@ -183,8 +183,7 @@ def text_files_task(name: str, folder: str | os.PathLike,
 
 CORPUS_FOLDER = "corpus"
 
-text_files_task("corpus_span_corruption", CORPUS_FOLDER, preprocessors.span_corruption, aliases=("corpus",))
-for _name, _objective in preprocessors.OBJECTIVES.items():
+text_files_task("corpus_span_corruption", CORPUS_FOLDER, "span_corruption", aliases=("corpus",))
+for _name in preprocessors.PAPER_OBJECTIVES:
     if _name != "span_corruption":
-        text_files_task(f"corpus_{_name}", CORPUS_FOLDER, _objective)
-text_files_task("corpus_full_lm", CORPUS_FOLDER, preprocessors.full_lm)
+        text_files_task(f"corpus_{_name}", CORPUS_FOLDER, _name)

@@ -11,6 +11,9 @@ from three kinds of parts that are public here so tests (and users) can apply a 
   ``noise_token_to_sentinel``, ``noise_token_to_random_token_or_sentinel``, ``drop_noise_tokens``, ...;
 - a targets function: ``nonnoise_span_to_unique_sentinel``, ``drop_nonnoise_tokens``, or the original text.
 
+Tasks name their objective: ``OBJECTIVES`` maps names to the functions, ``register_objective`` (also a
+decorator) adds one, and ``get_objective(name, **options)`` gives it with its options bound.
+
 The arithmetic follows t5's ``t5/data/preprocessors.py``:
 
 - Sentinels are numbered from the end of the vocabulary: the k-th span of a sequence gets
@@ -34,11 +37,14 @@ The arithmetic follows t5's ``t5/data/preprocessors.py``:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from t2t.errors import T2TError
+from t2t.registry import Registry
 
 Tokens = Sequence[int] | np.ndarray
 Objective = Callable[..., dict[str, np.ndarray]]
@@ -242,9 +248,67 @@ def restore_from_span_corruption(inputs: Tokens, targets: Tokens, vocab_size: in
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The registry: objectives by name
+
+#: Every objective a task can name. An objective's keyword options (``noise_density``, ...) are its parameters,
+#: bound with ``functools.partial`` (``get_objective``), so the function itself is the factory.
+OBJECTIVES: Registry[Objective] = Registry("objective")
+
+
+def register_objective(name: str, fn: Objective | None = None, *, aliases: Sequence[str] = ()):
+    """Let tasks name ``fn`` (``unsupervised_task(..., objective=name)``); without ``fn``, a decorator.
+
+    ``fn(tokens, *, vocab_size, rng, **options) -> {"inputs": ids, "targets": ids}`` (see the module docstring);
+    a name or alias already taken is an error."""
+    if fn is None:
+        return lambda decorated: register_objective(name, decorated, aliases=aliases)
+    if not callable(fn):
+        raise T2TError(f"objective {name!r} must be a function fn(tokens, *, vocab_size, rng, **options), got "
+                       f"{fn!r}; register the function itself.")
+    OBJECTIVES.register(name, fn)
+    for short in aliases:
+        OBJECTIVES.alias(short, name)
+    return fn
+
+
+def get_objective(name: str, **options) -> Objective:
+    """The objective registered as ``name`` with ``options`` bound: ``fn(tokens, *, vocab_size, rng)``."""
+    fn, options = objective_and_options(name, **options)
+    return functools.partial(fn, **options)
+
+
+def objective_and_options(objective: str | Objective, **options) -> tuple[Objective, dict]:
+    """The objective function and its options for a registered name, or for a function (whose bound
+    ``functools.partial`` keywords join ``options``); an option the function does not take is an error."""
+    if isinstance(objective, str):
+        objective = OBJECTIVES.get(objective)
+    if isinstance(objective, functools.partial) and not objective.args:
+        objective, options = objective.func, {**objective.keywords, **options}
+    if not callable(objective):
+        raise T2TError(f"an objective is a registered name such as 'span_corruption' or a function, got "
+                       f"{objective!r}.")
+    check_options(objective, options)
+    return objective, options
+
+
+def check_options(fn: Objective, options: Mapping) -> None:
+    """Refuse options ``fn`` does not take here, rather than on the first draw deep inside training."""
+    params = list(inspect.signature(fn).parameters.values())[1:]  # the first one takes the tokens
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+             and p.name not in ("vocab_size", "rng")]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        offer = f"its options are {', '.join(known)}" if known else "it takes no options"
+        raise T2TError(f"objective {getattr(fn, '__name__', fn)!r} has no option {', '.join(unknown)}; {offer}.")
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Objectives: tokens -> {"inputs", "targets"}
 
 
+@register_objective("random_spans")
 def random_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noise_density: float = 0.15,
                  mean_noise_span_length: float = 3.0) -> dict[str, np.ndarray]:
     """Span corruption at any corruption rate and mean span length (Tables 6 and 7): random-span mask,
@@ -257,6 +321,7 @@ def random_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, n
             "targets": nonnoise_span_to_unique_sentinel(ids, mask, vocab_size)}
 
 
+@register_objective("span_corruption")
 def span_corruption(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noise_density: float = 0.15,
                     mean_noise_span_length: float = 3.0) -> dict[str, np.ndarray]:
     """T5's final pre-training objective (§3.3.4): 15% of the tokens in spans of mean length 3.
@@ -267,6 +332,7 @@ def span_corruption(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator
                         mean_noise_span_length=mean_noise_span_length)
 
 
+@register_objective("iid_noise_replace_spans", aliases=("iid_denoising",))
 def iid_noise_replace_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
                             noise_density: float = 0.15) -> dict[str, np.ndarray]:
     """Table 3 "i.i.d. noise, replace spans" (t5's ``iid_denoising`` baseline, §3.1.4): i.i.d. token noise,
@@ -277,6 +343,7 @@ def iid_noise_replace_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.G
             "targets": nonnoise_span_to_unique_sentinel(ids, mask, vocab_size)}
 
 
+@register_objective("iid_noise_drop")
 def iid_noise_drop(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
                    noise_density: float = 0.15) -> dict[str, np.ndarray]:
     """Table 3 "i.i.d. noise, drop tokens" (§3.3.2): noise tokens are removed from the inputs and the
@@ -287,6 +354,7 @@ def iid_noise_drop(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
     return {"inputs": drop_noise_tokens(ids, mask), "targets": drop_nonnoise_tokens(ids, mask)}
 
 
+@register_objective("bert_style")
 def bert_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noise_density: float = 0.15,
                random_prob: float = 0.1) -> dict[str, np.ndarray]:
     """Table 3 "BERT-style" (§3.3.1): 15% i.i.d. noise; 90% of the noise tokens become the mask token
@@ -297,6 +365,7 @@ def bert_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noi
     return {"inputs": inputs, "targets": ids.copy()}
 
 
+@register_objective("mass_style")
 def mass_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
                noise_density: float = 0.15) -> dict[str, np.ndarray]:
     """Table 3/4 "MASS-style": BERT-style without random replacement (every noise token → mask token)."""
@@ -305,6 +374,7 @@ def mass_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
     return {"inputs": noise_token_to_sentinel(ids, mask, vocab_size), "targets": ids.copy()}
 
 
+@register_objective("deshuffling", aliases=("deshuffle",))
 def deshuffling(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Table 3 "Deshuffling" (§3.3.1): the inputs are the tokens in random order, the targets the original."""
     del vocab_size
@@ -312,6 +382,7 @@ def deshuffling(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) ->
     return {"inputs": rng.permutation(ids), "targets": ids.copy()}
 
 
+@register_objective("prefix_lm")
 def prefix_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Table 3 "Prefix language modeling" (§3.3.1): split the span at a uniformly random point in
     [1, len-1]; the prefix is the inputs, the continuation the targets."""
@@ -321,6 +392,7 @@ def prefix_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> d
     return {"inputs": drop_nonnoise_tokens(ids, mask), "targets": drop_noise_tokens(ids, mask)}
 
 
+@register_objective("full_lm")
 def full_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Table 2's "LM" objective (t5's ``full_lm``, task ``c4_v220_full_lm``): no inputs, the whole chunk
     is the target, for decoder-only models (§3.2.3). Its tasks end each document with EOS before the text is
@@ -356,16 +428,8 @@ OUTPUT_LENGTHS: dict[Objective, Callable[..., tuple[int, int]]] = {
     full_lm: lambda length, **unused_options: (0, length),
 }
 
-OBJECTIVES: dict[str, Objective] = {
-    "span_corruption": span_corruption,
-    "random_spans": random_spans,
-    "iid_noise_replace_spans": iid_noise_replace_spans,
-    "iid_noise_drop": iid_noise_drop,
-    "bert_style": bert_style,
-    "mass_style": mass_style,
-    "deshuffling": deshuffling,
-    "prefix_lm": prefix_lm,
-}
+#: The objectives registered above (the paper's), in name order; objectives registered later are not among them.
+PAPER_OBJECTIVES: tuple[str, ...] = tuple(OBJECTIVES.names())
 
 # Objectives t5 applies to each document on its own: its ``prefix_lm`` preprocessor and the paper's
 # prefix_lm.gin / all_permute.gin run ``split_tokens`` without ``reduce_concat_tokens``, so no example
