@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 
 from t2t import config
 from t2t.checkpoints import native as checkpoint
@@ -63,6 +64,8 @@ def train_main(argv=None) -> int:
         print_settings(resolved(cfg))
         return 0
     with distributed.process_group_from_env():
+        if not distributed.is_main():  # under torchrun the main process logs the run, the others what goes wrong
+            logging.getLogger().setLevel(logging.WARNING)
         records = train(cfg, allow_changed_settings=args.allow_changed_settings, trust_modules=args.trust_modules)
         if records and distributed.is_main():  # inside: after the group is gone every process is rank 0
             last = records[-1]

@@ -261,6 +261,8 @@ def test_two_processes_match_one(copy_task, tmp_path, parallelism, grad_accum, s
                              capture_output=True, text=True, env=env, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.count("done: step") == 1, run.stdout  # printed by rank 0 only
+        # the run's log too (warnings come from every process)
+        assert run.stderr.count("trainable parameters") == 1 and run.stderr.count("resumed from") <= 1, run.stderr
     two = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert losses(two) == pytest.approx(losses(one), rel=1e-5)
     final_two = load_model(tmp_path / "two").state_dict()
