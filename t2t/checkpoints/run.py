@@ -129,7 +129,7 @@ def find_run(path: str | os.PathLike, verify: bool = True) -> Run | None:
     if verify:
         verify_run_files(run_dir)
     settings = checkpoint.read_settings(ckpt, verify) or {}
-    digests = settings.pop(MODULE_DIGESTS, None) or {}
+    digests = settings.pop(MODULE_DIGESTS, {})
     check_recorded_locations(settings, ckpt / checkpoint.SETTINGS_FILE)
     check_recorded_digests(digests, ckpt / checkpoint.SETTINGS_FILE)
     return Run(run_dir, ckpt, settings, digests)
@@ -149,7 +149,8 @@ def check_recorded_locations(settings: dict, file: Path) -> None:
 
 def check_recorded_digests(digests: Any, file: Path) -> None:
     """The recorded module_sha256 is what t2t wrote: module file names and their hex digests."""
-    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in digests.items()):
         raise T2TError(f"settings file {file} has {MODULE_DIGESTS} {digests!r}, not module file names and their "
                        f"sha256; the file was edited or is corrupt, so restore it from a copy.")
 

@@ -691,6 +691,11 @@ def test_hand_edited_run_settings_name_the_file_and_key(setup, tmp_path, capsys)
     rewrite_checksums(step)
     with pytest.raises(T2TError, match=rf"settings file {step / 'train_config.yaml'} has modules 5, not a list"):
         run_lib.open_run(tmp_path / "run")
+    (step / "train_config.yaml").write_text(yaml.safe_dump({**recorded, "module_sha256": ["copy_task.py"]}))
+    rewrite_checksums(step)
+    with pytest.raises(T2TError, match=rf"settings file {step / 'train_config.yaml'} has module_sha256 "
+                                       rf"\['copy_task.py'\], not module file names and their sha256; the file"):
+        run_lib.open_run(tmp_path / "run")
     (step / "train_config.yaml").write_text(yaml.safe_dump({**recorded, "batch_size": "abc"}))
     rewrite_checksums(step)
     assert train_main(["--output-dir", str(tmp_path / "run"), "--train-steps", "3"]) == 2
