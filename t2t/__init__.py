@@ -13,28 +13,33 @@ The public surface (README.md, "From Python"; the layers and seams inside: docs/
 
 import importlib
 
-from t2t.checkpoints.hf import from_hf, to_hf
-from t2t.checkpoints.loading import load_model
-from t2t.checkpoints.t5x import from_t5x
-from t2t.data.mixing import rate_equal, rate_num_examples, rate_unsupervised
-from t2t.data.objectives import get_objective, register_objective
-from t2t.data.sources import (CsvFiles, DataFiles, GeneratorSource, HFDataset, InMemorySource, JsonlFiles, Source,
-                              TextFiles, TsvFiles)
-from t2t.data.task import Feature, Mixture, Task, get_mixture, get_task, register_mixture, register_task
-from t2t.data.vocab import SentencePieceVocabulary
 from t2t.errors import T2TError
-from t2t.models.t5 import T5, ModelConfig
 
 __version__ = "0.1.0"
 
+# Where each name comes from, imported on first use: ``import t2t`` then stays light, and so does every
+# command's start, which installs its Ctrl-C handler before torch (seconds to import) loads (t2t.cli).
+_EXPORTS = {
+    "t2t.checkpoints.hf": ("from_hf", "to_hf"), "t2t.checkpoints.loading": ("load_model",),
+    "t2t.checkpoints.t5x": ("from_t5x",), "t2t.data.mixing": ("rate_equal", "rate_num_examples", "rate_unsupervised"),
+    "t2t.data.objectives": ("get_objective", "register_objective"),
+    "t2t.data.sources": ("CsvFiles", "DataFiles", "GeneratorSource", "HFDataset", "InMemorySource", "JsonlFiles",
+                         "Source", "TextFiles", "TsvFiles"),
+    "t2t.data.task": ("Feature", "Mixture", "Task", "get_mixture", "get_task", "register_mixture", "register_task"),
+    "t2t.data.vocab": ("SentencePieceVocabulary",), "t2t.models.t5": ("T5", "ModelConfig"),
+}
 _LAZY_SUBMODULES = ("metrics", "preprocessors")  # metrics imports scipy and scikit-learn (~180 MB, ~1 s)
 
 
 def __getattr__(name: str):
-    """``t2t.metrics`` and ``t2t.preprocessors`` load on first use, so ``import t2t`` stays light."""
+    """The public names and ``t2t.metrics``, ``t2t.preprocessors`` load on first use (see _EXPORTS)."""
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"t2t.{name}")
-    raise AttributeError(f"module 't2t' has no attribute {name!r}")
+    module = next((module for module, names in _EXPORTS.items() if name in names), None)
+    if module is None:
+        raise AttributeError(f"module 't2t' has no attribute {name!r}")
+    globals()[name] = getattr(importlib.import_module(module), name)
+    return globals()[name]
 
 
 __all__ = ["from_hf", "to_hf", "load_model", "from_t5x", "T5", "ModelConfig", "SentencePieceVocabulary",

@@ -1,11 +1,17 @@
 """Whether output goes to a terminal, and what that changes: progress bars draw only there, and elsewhere
-long work prints plain progress lines."""
+long work prints plain progress lines; and Ctrl-C, which stops a command wherever it lands.
+
+Light on purpose (the standard library only): the commands install their Ctrl-C handler from here before
+they import torch, which takes seconds.
+"""
 
 import os
+import signal
 import sys
+import threading
 import time
 
-from tqdm.auto import tqdm
+INTERRUPTED = threading.Event()  # set by Ctrl-C in a command's own process (stop_on_interrupt)
 
 
 def on_terminal() -> bool:
@@ -27,7 +33,38 @@ def eta(done: int, total: int, elapsed: float) -> str:
     shows it (``MM:SS``, ``H:MM:SS``); ``?`` before anything is done."""
     if done <= 0:
         return "?"
-    return tqdm.format_interval(max(total - done, 0) * elapsed / done)
+    minutes, seconds = divmod(int(max(total - done, 0) * elapsed / done), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
+
+
+def stop_on_interrupt() -> None:
+    """Ctrl-C (SIGINT) in a command's own process: the first raises KeyboardInterrupt, as Python's handler
+    does, and is remembered in ``INTERRUPTED``, so that a library that swallows the exception (a broad
+    ``except``, a ``__del__``) cannot make the command carry on: the training loop and the command's end
+    check it (``raise_if_interrupted``). A second one while the first is handled ends the process at once."""
+    signal.signal(signal.SIGINT, on_interrupt)
+
+
+def on_interrupt(signum: int, frame) -> None:
+    if INTERRUPTED.is_set():
+        print("interrupted again: stopped.", file=sys.stderr, flush=True)
+        os._exit(130)  # the first one's clean-up is what is being interrupted
+    INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed, though whatever its KeyboardInterrupt reached swallowed it."""
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
+def report_interrupt(resumable: bool) -> int:
+    """The one line a command ends with when interrupted, and its exit status (130, as shells report Ctrl-C)."""
+    print("interrupted; run the same command again to resume from the last checkpoint." if resumable
+          else "interrupted.", file=sys.stderr, flush=True)
+    return 130
 
 
 class ProgressLines:

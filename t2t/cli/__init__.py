@@ -1,18 +1,47 @@
-"""The command-line tools: one module per command, each with ``parser()`` and its ``<command>_main`` (the
-console scripts of setup.cfg name these), built on ``t2t.cli.common``."""
+"""The command-line tools: one module per command, each with ``parser()`` and its ``<command>_main``.
 
-from t2t.cli import eval, export, predict, show, study, tasks, train, vocab
-from t2t.cli.eval import eval_main
-from t2t.cli.export import export_main
-from t2t.cli.predict import predict_main
-from t2t.cli.show import show_main
-from t2t.cli.study import study_main
-from t2t.cli.tasks import tasks_main
-from t2t.cli.train import train_main
-from t2t.cli.vocab import vocab_main
+The console scripts of setup.cfg name the entry points here, which import their command's module only when
+called, after the Ctrl-C handler is installed (t2t.terminal): importing torch takes a second or more, and
+Ctrl-C then must end the command with one line too, not a traceback.
+"""
 
-COMMANDS = {"t2t-train": train, "t2t-eval": eval, "t2t-predict": predict, "t2t-show": show, "t2t-tasks": tasks,
-            "t2t-vocab": vocab, "t2t-study": study, "t2t-export": export}
+import importlib
+
+from t2t.terminal import raise_if_interrupted, report_interrupt, stop_on_interrupt
+
+COMMANDS = {"t2t-train": "train", "t2t-eval": "eval", "t2t-predict": "predict", "t2t-show": "show",
+            "t2t-tasks": "tasks", "t2t-vocab": "vocab", "t2t-study": "study", "t2t-export": "export"}
+
+
+def command_module(command: str):
+    """The module of ``command``: ``t2t-train`` → t2t.cli.train."""
+    return importlib.import_module(f"t2t.cli.{COMMANDS[command]}")
+
+
+def entry_point(command: str):
+    """``command``'s main(argv=None); run as the process's command (``argv`` None), Ctrl-C is handled from
+    the start, before the command's module (and torch) is imported."""
+    def main(argv: list[str] | None = None) -> int:
+        if argv is None:
+            stop_on_interrupt()
+        try:
+            command_main = getattr(command_module(command), f"{COMMANDS[command]}_main")
+            raise_if_interrupted()  # an interrupt that an import swallowed
+        except KeyboardInterrupt:
+            return report_interrupt(resumable=False)
+        return command_main(argv)
+    main.__name__ = main.__qualname__ = f"{COMMANDS[command]}_main"
+    return main
+
+
+train_main = entry_point("t2t-train")
+eval_main = entry_point("t2t-eval")
+predict_main = entry_point("t2t-predict")
+show_main = entry_point("t2t-show")
+tasks_main = entry_point("t2t-tasks")
+vocab_main = entry_point("t2t-vocab")
+study_main = entry_point("t2t-study")
+export_main = entry_point("t2t-export")
 
 __all__ = ["train_main", "eval_main", "predict_main", "show_main", "tasks_main", "vocab_main", "study_main",
-           "export_main", "COMMANDS"]
+           "export_main", "COMMANDS", "command_module"]

@@ -29,25 +29,30 @@ from t2t.data.sources import resolve_data_dir
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import with_run_settings
-from t2t.terminal import disable_progress_bars_off_terminal
+from t2t.terminal import (disable_progress_bars_off_terminal, raise_if_interrupted, report_interrupt,
+                          stop_on_interrupt)
 
 
 def run_cli(main=None, *, resumable: bool = False):
     """Wrap a ``main(argv)``: T2TError → one line on stderr and exit 2; running out of memory → one line and
-    exit 2; Ctrl-C → exit 130 (saying how to resume where the command can: ``resumable``); no progress bars
-    when stderr is not a terminal. Run as a command (``argv`` None: the process is the command's own), freed
-    memory is kept for reuse (``t2t.allocator``); called from Python with arguments, malloc is left alone."""
+    exit 2; Ctrl-C → one line and exit 130 (saying how to resume where the command can: ``resumable``), even
+    where something swallowed its KeyboardInterrupt; no progress bars when stderr is not a terminal. Run as a
+    command (``argv`` None: the process is the command's own), Ctrl-C is handled (``t2t.terminal``) and freed
+    memory is kept for reuse (``t2t.allocator``); called from Python with arguments, both are left alone."""
     if main is None:
         return functools.partial(run_cli, resumable=resumable)
 
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
         if argv is None:
+            stop_on_interrupt()
             keep_freed_memory()
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         disable_progress_bars_off_terminal()
         try:
-            return main(argv) or 0
+            status = main(argv) or 0
+            raise_if_interrupted()
+            return status
         except T2TError as e:
             return fail(str(e))
         except (MemoryError, RuntimeError) as e:
@@ -57,9 +62,7 @@ def run_cli(main=None, *, resumable: bool = False):
             return fail(f"out of memory ({first_line}); lower --batch-size or the lengths (--max-length, "
                         f"input_length), or use a machine with more memory.")
         except KeyboardInterrupt:
-            print("interrupted; run the same command again to resume from the last checkpoint." if resumable
-                  else "interrupted.", file=sys.stderr)
-            return 130
+            return report_interrupt(resumable)
     return wrapper
 
 

@@ -35,6 +35,7 @@ from t2t.data.pipeline import TrainBatches, build_train_batches
 from t2t.data.prefetch import BatchesAhead
 from t2t.training.progress import LogWindow, MetricsLog, ProgressBar, plot_metrics, read_metrics
 from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
+from t2t.terminal import raise_if_interrupted
 from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 from t2t.data.vocab import load_vocabulary
 from t2t.evaluation.evaluate import validation_metrics
@@ -334,6 +335,7 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
     trainer.trainable.apply(trainer.step)
     log.info(describe_trainable(trainer.model))
     while trainer.step < cfg.train_steps:
+        raise_if_interrupted()  # Ctrl-C whose KeyboardInterrupt something swallowed stops the run all the same
         trainer.trainable.apply(trainer.step)
         asked = time.perf_counter()
         batch = next(batch_iter)  # the step's wait for its data: ~0 when batches are made ahead fast enough

@@ -3,6 +3,9 @@
 import dataclasses
 import re
 import shlex
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import yaml
 
 from t2t import config
 from t2t.cli import settings_doc
-from t2t.cli import COMMANDS, eval_main, predict_main, train_main
+from t2t.cli import COMMANDS, command_module, eval_main, predict_main, train_main
 from t2t.cli.common import run_cli
 from t2t.cli.vocab import text_files
 from t2t.models.t5 import resolve_model_config
@@ -51,6 +54,33 @@ def test_running_out_of_memory_is_one_line_and_other_errors_are_not_hidden(capsy
         raise RuntimeError("shape mismatch")
     with pytest.raises(RuntimeError, match="shape mismatch"):
         broken([])
+
+
+def test_importing_the_commands_entry_points_loads_nothing_heavy():
+    """The console scripts import t2t.cli, whose entry point installs the Ctrl-C handler before it imports its
+    command (and torch, seconds to load): until then Ctrl-C can only be a traceback, so that must be quick
+    (tests/training/test_faults.py interrupts t2t-train at several moments)."""
+    code = ("import sys, t2t.cli; heavy = {m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'tqdm', 'yaml'}; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_second_ctrl_c_while_the_first_is_handled_ends_the_command_at_once():
+    """Once the first one's KeyboardInterrupt was swallowed, or while its clean-up takes long."""
+    code = textwrap.dedent("""
+        import os, signal, time
+        from t2t.terminal import stop_on_interrupt
+        stop_on_interrupt()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            pass
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stderr) == (130, "interrupted again: stopped.\n")
 
 
 def test_running_out_of_memory_without_a_message_is_one_line_too(capsys):
@@ -99,8 +129,6 @@ def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
     """datasets' split-generation bars, the training bar and the nested in-training eval bar all draw with
     carriage returns and cursor moves; in a log file they must be plain lines."""
     import json
-    import subprocess
-    import sys
 
     from t2t.testing import tiny_vocabulary
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"inputs": f"copy {i}", "targets": str(i)}) + "\n"
@@ -122,7 +150,7 @@ def test_output_to_a_pipe_has_no_progress_bar_escapes(tmp_path):
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_flag_says_what_it_does_and_help_shows_an_example(command):
-    parser = COMMANDS[command].parser()
+    parser = command_module(command).parser()
     undocumented = [a.option_strings or a.dest for a in parser._actions if not a.help]
     assert undocumented == []
     examples = parser.format_help().split("\nexamples:\n")[1]
@@ -190,7 +218,7 @@ def test_print_config_rejects_an_unknown_model_key(capsys):
 
 def example_commands(command: str) -> list[list[str]]:
     """The command lines of ``command``'s --help examples, as argument lists (comments and pipes left out)."""
-    text = COMMANDS[command].parser().format_help().split("\nexamples:\n")[1].replace("\\\n", " ")
+    text = command_module(command).parser().format_help().split("\nexamples:\n")[1].replace("\\\n", " ")
     lines = [line[line.index(command):] for line in text.splitlines() if f"{command} " in line or
              line.strip() == command]
     return [shlex.split(line, comments=True)[1:] for line in lines]
@@ -200,7 +228,7 @@ def example_commands(command: str) -> list[list[str]]:
 def test_every_help_example_parses_and_its_settings_resolve(command, tmp_path, monkeypatch):
     """What --help shows works as written: each example's flags, and the --set example of its help."""
     monkeypatch.chdir(tmp_path)  # runs/... in the examples: no run there, so nothing resumes
-    module = COMMANDS[command]
+    module = command_module(command)
     examples = example_commands(command)
     assert examples
     for argv in examples:
@@ -216,17 +244,18 @@ def test_every_help_example_parses_and_its_settings_resolve(command, tmp_path, m
 def test_study_help_names_the_study_configs():
     shipped = sorted(p.stem for p in (Path(__file__).parents[2] / "configs" / "studies").glob("*.yaml"))
     assert len(shipped) >= 3
-    assert f"configs/studies: {', '.join(shipped)}" in COMMANDS["t2t-study"].parser().format_help()
+    assert f"configs/studies: {', '.join(shipped)}" in command_module("t2t-study").parser().format_help()
 
 
 def test_flags_take_type_default_and_help_from_the_settings_dataclasses():
-    help_text = " ".join(COMMANDS["t2t-train"].parser().format_help().split())
+    train = command_module("t2t-train")
+    help_text = " ".join(train.parser().format_help().split())
     assert "--train-steps TRAIN_STEPS train until this step (default: 1000)" in help_text
     assert "--learning-rate LEARNING_RATE peak rate" in help_text and "(default: 0.001)" in help_text
-    args = COMMANDS["t2t-train"].parser().parse_args(["--learning-rate", "3e-3", "--module", "a.py", "--module", "b"])
-    cfg = COMMANDS["t2t-train"].settings(args)
+    args = train.parser().parse_args(["--learning-rate", "3e-3", "--module", "a.py", "--module", "b"])
+    cfg = train.settings(args)
     assert (cfg.optimizer.learning_rate, cfg.modules) == (3e-3, ["a.py", "b"])
-    study = COMMANDS["t2t-study"]
+    study = command_module("t2t-study")
     cfg = study.settings(study.parser().parse_args(["--targets", "rte, mrpc", "--train-args", "--model 't5-tiny'"]))
     assert (cfg.targets, cfg.train_args) == (["rte", "mrpc"], ["--model", "t5-tiny"])
 
@@ -251,8 +280,8 @@ def documented_command_lines() -> list[tuple[str, list[str]]]:
 def test_flags_written_in_the_docs_still_parse():
     lines = documented_command_lines()
     assert len(lines) > 20
-    options = {command: {o for a in module.parser()._actions for o in a.option_strings}
-               for command, module in COMMANDS.items()}
+    options = {command: {o for a in command_module(command).parser()._actions for o in a.option_strings}
+               for command in COMMANDS}
     for command, argv in lines:
         known = options[command]
         unknown = [w.split("=")[0] for w in argv if w.startswith("--") and " " not in w and w.split("=")[0] not in known]

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import re
 import resource
 import signal
 import subprocess
@@ -544,3 +545,87 @@ def test_killing_the_study_ends_its_training_child(straight, tmp_path):
     while not lock_is_free(lock) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert lock_is_free(lock), f"t2t-train (pid {lock.read_text().strip()}) outlived the killed study"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ctrl-C
+
+INTERRUPTED_LINE = r"interrupted(; run the same command again to resume from the last checkpoint)?\."
+# The copy task read through a source that presses Ctrl-C on its own process when the training data is read;
+# SWALLOW: and swallows the KeyboardInterrupt, as a library's broad ``except`` (or a ``__del__``) would.
+INTERRUPTING_SOURCE = """
+import dataclasses, os, signal, time
+from t2t.data.sources import GeneratorSource
+
+def interrupting_rows(split):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)  # the handler's KeyboardInterrupt lands here
+    except KeyboardInterrupt:
+        if not SWALLOW:
+            raise
+    yield from rows
+
+copy_task = TASKS.get({task!r})
+TASKS.unregister({task!r})
+register_task(dataclasses.replace(copy_task, source=GeneratorSource(interrupting_rows)))
+"""
+
+
+def start_t2t_train(straight, tmp_path, module_text: str | None = None, steps: int = 100_000) -> subprocess.Popen:
+    """``t2t-train`` on the copy task as the console script runs it, with ``module_text`` appended to the
+    task's module. It prints "started" once Ctrl-C is handled: before that, Python's start and the import of
+    t2t.cli (milliseconds, no torch) cannot be anything but a KeyboardInterrupt's traceback."""
+    module = straight["folder"] / "copy_task.py"
+    if module_text is not None:
+        module = tmp_path / "task_module.py"
+        module.write_text(copy_task_module_text() + "from t2t.data.task import TASKS\n" + module_text)
+    code = ("import sys; from t2t.cli import train_main; from t2t.terminal import stop_on_interrupt; "
+            "stop_on_interrupt(); print('started', flush=True); sys.exit(train_main())")
+    args = ["--task", TASK, "--module", str(module), "--model", str(straight["folder"] / "tiny.yaml"),
+            "--output-dir", str(tmp_path / "run"), "--batch-size", "2", "--set", "input_length=16", "--set",
+            "target_length=16", "--set", "pack=false", "--train-steps", str(steps), "--save-every", "100000",
+            "--log-every", "100000"]
+    env = {**os.environ, "T2T_VOCAB": str(tiny_vocabulary().path), "OMP_NUM_THREADS": "1"}
+    # unbuffered: a readline() takes no more than its line, and communicate() reads the rest
+    child = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, bufsize=0)
+    assert child.stdout.readline() == b"started\n"
+    return child
+
+
+def assert_stopped_by_ctrl_c(child: subprocess.Popen, read_before: bytes = b"") -> None:
+    """Exit 130 with the one line that says so last, and nothing like a traceback before it."""
+    err = (read_before + child.communicate(timeout=300)[1]).decode()
+    assert child.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert re.fullmatch(INTERRUPTED_LINE, err.splitlines()[-1]) and len(re.findall(INTERRUPTED_LINE, err)) == 1, err
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5, 1.0])
+def test_ctrl_c_right_after_start_is_one_line_and_status_130(straight, tmp_path, delay):
+    """Within the first second or so the command is still importing its modules and torch."""
+    child = start_t2t_train(straight, tmp_path)
+    time.sleep(delay)
+    child.send_signal(signal.SIGINT)
+    assert_stopped_by_ctrl_c(child)
+
+
+@pytest.mark.parametrize("swallow", [False, True])
+def test_ctrl_c_while_the_data_loads_stops_the_run_even_if_swallowed(straight, tmp_path, swallow):
+    # a few steps: a run that carries on ends soon (exit 0) rather than at the timeout
+    child = start_t2t_train(straight, tmp_path, f"SWALLOW = {swallow}\n" + INTERRUPTING_SOURCE.format(task=TASK),
+                            steps=5)
+    assert_stopped_by_ctrl_c(child)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step was trained
+
+
+def test_ctrl_c_during_the_steps_is_one_line_and_status_130(straight, tmp_path):
+    child = start_t2t_train(straight, tmp_path)
+    logged = []
+    while not logged or not logged[-1].startswith(b"trainable parameters"):  # logged just before the first step
+        logged.append(child.stderr.readline())
+        assert logged[-1], b"".join(logged).decode()
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    assert_stopped_by_ctrl_c(child, b"".join(logged))
