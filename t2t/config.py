@@ -286,8 +286,10 @@ def _type_error(key: str, hint: Any, value: Any) -> T2TError:
 
 
 def type_name(hint: Any) -> str:
-    """``int``, ``str | None``, ``list[str]``: a type as settings files and docs/settings.md write it."""
-    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+    """``int``, ``str | None``, ``list[str]``: a type as settings files and docs/settings.md write it. (On
+    Python 3.10 ``list[str]`` is an instance of ``type`` too, so a hint with arguments never goes by its name.)"""
+    plain_class = isinstance(hint, type) and not typing.get_args(hint)
+    return hint.__name__ if plain_class else str(hint).replace("typing.", "")
 
 
 def load(cls: type[T], files: Iterable[str | Path] = (), overrides: Iterable[str] = (),

@@ -56,6 +56,15 @@ def test_wrong_types_are_rejected(data, message):
         config.from_dict(Outer, data)
 
 
+@pytest.mark.parametrize("hint, name", [
+    (int, "int"), (str | None, "str | None"), (list[str], "list[str]"), (tuple[float, float], "tuple[float, float]"),
+    (Literal["a", "b"], "Literal['a', 'b']"),
+])
+def test_type_name_writes_a_type_as_settings_files_do(hint, name):
+    """On Python 3.10 ``list[str]`` passes ``isinstance(..., type)``: its name alone read ``list``."""
+    assert config.type_name(hint) == name
+
+
 def test_one_value_for_a_list_setting_is_a_one_element_list():
     assert config.load(Outer, overrides=["items=x"]).items == ["x"]
     from t2t.training.train import TrainConfig
