@@ -46,12 +46,23 @@ def stop_on_interrupt() -> None:
     signal.signal(signal.SIGINT, on_interrupt)
 
 
+def defer_interrupts() -> None:
+    """Ctrl-C only remembered (``INTERRUPTED``), for while a command imports its modules: a KeyboardInterrupt
+    raised inside torch's import aborts the process from C++ (pybind11), or leaves numpy half-imported. A
+    second one ends the process at once."""
+    signal.signal(signal.SIGINT, remember_interrupt)
+
+
 def on_interrupt(signum: int, frame) -> None:
+    remember_interrupt(signum, frame)
+    raise KeyboardInterrupt
+
+
+def remember_interrupt(signum: int, frame) -> None:
     if INTERRUPTED.is_set():
         print("interrupted again: stopped.", file=sys.stderr, flush=True)
-        os._exit(130)  # the first one's clean-up is what is being interrupted
+        os._exit(130)  # the first one's clean-up, or the wait for it to take effect, is what is interrupted
     INTERRUPTED.set()
-    raise KeyboardInterrupt
 
 
 def raise_if_interrupted() -> None:

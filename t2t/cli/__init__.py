@@ -1,13 +1,13 @@
 """The command-line tools: one module per command, each with ``parser()`` and its ``<command>_main``.
 
 The console scripts of setup.cfg name the entry points here, which import their command's module only when
-called, after the Ctrl-C handler is installed (t2t.terminal): importing torch takes a second or more, and
-Ctrl-C then must end the command with one line too, not a traceback.
+called, with Ctrl-C deferred until that is done (t2t.terminal): importing torch takes a second or more, and
+Ctrl-C then must end the command with one line too, not a traceback or an abort inside torch.
 """
 
 import importlib
 
-from t2t.terminal import raise_if_interrupted, report_interrupt, stop_on_interrupt
+from t2t.terminal import INTERRUPTED, defer_interrupts, report_interrupt
 
 COMMANDS = {"t2t-train": "train", "t2t-eval": "eval", "t2t-predict": "predict", "t2t-show": "show",
             "t2t-tasks": "tasks", "t2t-vocab": "vocab", "t2t-study": "study", "t2t-export": "export"}
@@ -19,15 +19,13 @@ def command_module(command: str):
 
 
 def entry_point(command: str):
-    """``command``'s main(argv=None); run as the process's command (``argv`` None), Ctrl-C is handled from
-    the start, before the command's module (and torch) is imported."""
+    """``command``'s main(argv=None). Run as the process's command (``argv`` None), a Ctrl-C while the command's
+    module (and torch) is imported ends it once that is done; from there its run_cli handles Ctrl-C."""
     def main(argv: list[str] | None = None) -> int:
         if argv is None:
-            stop_on_interrupt()
-        try:
-            command_main = getattr(command_module(command), f"{COMMANDS[command]}_main")
-            raise_if_interrupted()  # an interrupt that an import swallowed
-        except KeyboardInterrupt:
+            defer_interrupts()
+        command_main = getattr(command_module(command), f"{COMMANDS[command]}_main")
+        if INTERRUPTED.is_set():
             return report_interrupt(resumable=False)
         return command_main(argv)
     main.__name__ = main.__qualname__ = f"{COMMANDS[command]}_main"

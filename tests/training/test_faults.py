@@ -572,17 +572,22 @@ register_task(dataclasses.replace(copy_task, source=GeneratorSource(interrupting
 """
 
 
-def start_t2t_train(straight, tmp_path, module_text: str | None = None, steps: int = 100_000) -> subprocess.Popen:
+@pytest.fixture(scope="module")
+def tiny_model_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ctrl_c") / "tiny.yaml"
+    path.write_text(json.dumps(TINY_MODEL))
+    return path
+
+
+def start_t2t_train(tiny_model_file, tmp_path, module_text: str = "", steps: int = 100_000) -> subprocess.Popen:
     """``t2t-train`` on the copy task as the console script runs it, with ``module_text`` appended to the
-    task's module. It prints "started" once Ctrl-C is handled: before that, Python's start and the import of
-    t2t.cli (milliseconds, no torch) cannot be anything but a KeyboardInterrupt's traceback."""
-    module = straight["folder"] / "copy_task.py"
-    if module_text is not None:
-        module = tmp_path / "task_module.py"
-        module.write_text(copy_task_module_text() + "from t2t.data.task import TASKS\n" + module_text)
-    code = ("import sys; from t2t.cli import train_main; from t2t.terminal import stop_on_interrupt; "
-            "stop_on_interrupt(); print('started', flush=True); sys.exit(train_main())")
-    args = ["--task", TASK, "--module", str(module), "--model", str(straight["folder"] / "tiny.yaml"),
+    task's module. It prints "started" once train_main has taken Ctrl-C over, its first step: before that,
+    Python's start and the import of t2t.cli (milliseconds, no torch) leave Ctrl-C to Python."""
+    module = tmp_path / "task_module.py"
+    module.write_text(copy_task_module_text() + "from t2t.data.task import TASKS\n" + module_text)
+    code = ("import sys, t2t.cli as cli; defer = cli.defer_interrupts; "
+            "cli.defer_interrupts = lambda: (defer(), print('started', flush=True)); sys.exit(cli.train_main())")
+    args = ["--task", TASK, "--module", str(module), "--model", str(tiny_model_file),
             "--output-dir", str(tmp_path / "run"), "--batch-size", "2", "--set", "input_length=16", "--set",
             "target_length=16", "--set", "pack=false", "--train-steps", str(steps), "--save-every", "100000",
             "--log-every", "100000"]
@@ -603,25 +608,25 @@ def assert_stopped_by_ctrl_c(child: subprocess.Popen, read_before: bytes = b"") 
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.5, 1.0])
-def test_ctrl_c_right_after_start_is_one_line_and_status_130(straight, tmp_path, delay):
+def test_ctrl_c_right_after_start_is_one_line_and_status_130(tiny_model_file, tmp_path, delay):
     """Within the first second or so the command is still importing its modules and torch."""
-    child = start_t2t_train(straight, tmp_path)
+    child = start_t2t_train(tiny_model_file, tmp_path)
     time.sleep(delay)
     child.send_signal(signal.SIGINT)
     assert_stopped_by_ctrl_c(child)
 
 
 @pytest.mark.parametrize("swallow", [False, True])
-def test_ctrl_c_while_the_data_loads_stops_the_run_even_if_swallowed(straight, tmp_path, swallow):
+def test_ctrl_c_while_the_data_loads_stops_the_run_even_if_swallowed(tiny_model_file, tmp_path, swallow):
     # a few steps: a run that carries on ends soon (exit 0) rather than at the timeout
-    child = start_t2t_train(straight, tmp_path, f"SWALLOW = {swallow}\n" + INTERRUPTING_SOURCE.format(task=TASK),
+    child = start_t2t_train(tiny_model_file, tmp_path, f"SWALLOW = {swallow}\n" + INTERRUPTING_SOURCE.format(task=TASK),
                             steps=5)
     assert_stopped_by_ctrl_c(child)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step was trained
 
 
-def test_ctrl_c_during_the_steps_is_one_line_and_status_130(straight, tmp_path):
-    child = start_t2t_train(straight, tmp_path)
+def test_ctrl_c_during_the_steps_is_one_line_and_status_130(tiny_model_file, tmp_path):
+    child = start_t2t_train(tiny_model_file, tmp_path)
     logged = []
     while not logged or not logged[-1].startswith(b"trainable parameters"):  # logged just before the first step
         logged.append(child.stderr.readline())
