@@ -309,7 +309,8 @@ def with_linked(cls, layer: dict) -> dict:
     """One layer of settings (a file, the flags, ``--set``) with what its keys also set: ``cls.LINKED``
     maps a dotted key to a top-level setting that overrides it (``{"model.dropout_rate": "dropout_rate"}``),
     so that of a recipe's ``dropout_rate`` and a later ``--set model.dropout_rate`` the later wins. One
-    layer giving both different values is one sentence."""
+    layer giving both different values is one sentence (a target of None, as a run's train_config.yaml
+    records one not set, gives nothing)."""
     for key, target in getattr(cls, "LINKED", {}).items():
         *parents, leaf = key.split(".")
         node = layer
@@ -317,7 +318,7 @@ def with_linked(cls, layer: dict) -> dict:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or leaf not in node:
             continue
-        if target in layer and layer[target] != node[leaf]:
+        if layer.get(target) is not None and layer[target] != node[leaf]:
             raise T2TError(f"settings {target} {layer[target]!r} and {key} {node[leaf]!r} are given together and "
                            f"set the same thing; give one of them.")
         layer = {**layer, target: node[leaf]}

@@ -9,7 +9,9 @@ Our format (one directory per saved step, inside a run directory)::
         optimizer.pt          the optimizer's state dict (``torch.load(weights_only=True)``)
         trainer_state.json    whatever JSON-able state the trainer passes (step, scheduler, data stream …)
         rng.pt                torch / CUDA / numpy / python RNG states, as tensors, lists and numbers
-        train_config.yaml     the resolved training settings (when given)
+        train_config.yaml     the resolved training settings (when given): a recipe ``--config`` reads again
+        modules.sha256        the sha256 of each module file the training imported, in ``sha256sum``'s format
+                              (when the settings carry them; see t2t.checkpoints.run)
         checksums.sha256      the sha256 of every other file, in ``sha256sum``'s format
 
 Writes are atomic: everything goes into a ``.tmp-step_…`` folder inside the run directory, every file and
@@ -62,6 +64,8 @@ OPTIMIZER_FILE = "optimizer.pt"
 TRAINER_STATE_FILE = "trainer_state.json"
 RNG_FILE = "rng.pt"
 SETTINGS_FILE = "train_config.yaml"
+MODULES_FILE = "modules.sha256"
+MODULE_DIGESTS = "module_sha256"  # the settings entry save_checkpoint writes to MODULES_FILE, not to SETTINGS_FILE
 BASE_FILE = "base.json"  # a checkpoint of trained parameters only: the model its other weights come from
 REQUIRED_FILES = (MODEL_FILE, CONFIG_FILE, TRAINER_STATE_FILE)
 
@@ -89,7 +93,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_s
     ``optimizer`` (an optimizer) or ``optimizer_state`` (its state dict, e.g. gathered from FSDP shards) is
     saved as optimizer.pt; ``model_state`` replaces ``model.state_dict()`` where the module holds only a
     shard (the full state gathered from FSDP); ``trainer_state`` (JSON-able; ``step`` is filled in) as trainer_state.json;
-    ``settings`` (the resolved training settings) as train_config.yaml. ``keep_last`` keeps the newest K
+    ``settings`` (the resolved training settings) as train_config.yaml, except their ``module_sha256`` entry
+    ({module file name: sha256}), which goes to modules.sha256: train_config.yaml stays a file that
+    ``--config`` takes as a recipe. ``keep_last`` keeps the newest K
     checkpoints (None or < 1: keep all); older ones are deleted after the new one is in place.
     ``base`` (a checkpoint folder, Hugging Face folder or hub id; see ``base_reference``) makes a checkpoint
     of ``model_state``'s tensors only (the trained ones): the other weights load from ``base``.
@@ -114,7 +120,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_s
         if save_rng:
             write_torch(tmp / RNG_FILE, get_rng_state())
         if settings is not None:
-            write_text(tmp / SETTINGS_FILE, yaml.safe_dump(_yaml_safe(settings), sort_keys=False))
+            _write_settings(tmp, settings)
         if base is not None:
             write_text(tmp / BASE_FILE, json.dumps({"base": base}, indent=2))
         _write_checksums(tmp)
@@ -164,6 +170,16 @@ def _write_model_files(folder: Path, model: T5, state: Mapping | None = None) ->
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     write_with(folder / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
     write_text(folder / CONFIG_FILE, json.dumps(config_lib.to_dict(model.config), indent=2))
+
+
+def _write_settings(folder: Path, settings: Mapping[str, Any]) -> None:
+    """train_config.yaml, and modules.sha256 when ``settings`` carry module digests (an empty file would be no
+    ``sha256sum -c`` file)."""
+    settings = dict(settings)
+    digests = settings.pop(MODULE_DIGESTS, None)
+    write_text(folder / SETTINGS_FILE, yaml.safe_dump(_yaml_safe(settings), sort_keys=False))
+    if digests:
+        write_text(folder / MODULES_FILE, durable.format_checksums(digests))
 
 
 def _write_checksums(folder: Path) -> None:
@@ -312,6 +328,22 @@ def read_settings(path: str | os.PathLike, verify: bool = True) -> dict | None:
     if verify:
         verify_checkpoint(path, [SETTINGS_FILE])
     return config_lib.read_config_file(path / SETTINGS_FILE)
+
+
+def read_module_digests(path: str | os.PathLike, verify: bool = True) -> dict[str, str] | None:
+    """{module file name: sha256} of the modules the training of checkpoint ``path`` imported (None when it
+    recorded none: checkpoints from before the record). A file not in ``sha256sum``'s format is one T2TError."""
+    path = _resolve_checkpoint_dir(Path(path))
+    file = path / MODULES_FILE
+    if not file.is_file():
+        return None
+    if verify:
+        verify_checkpoint(path, [MODULES_FILE])
+    digests = durable.parse_checksums(file.read_text(errors="replace"))
+    if digests is None:
+        raise T2TError(f"module record {file} is not in sha256sum's format (a sha256 and a file name a line); the "
+                       f"file was edited or is corrupt, so restore it from a copy.")
+    return digests
 
 
 def verify_checkpoint(path: str | os.PathLike, names: list[str] | None = None) -> None:

@@ -5,9 +5,9 @@ When training starts, :func:`record_run` copies into the run directory what the 
     runs/x/spiece.model          the vocabulary (the name Hugging Face uses; t2t-export copies it from here)
     runs/x/modules/<name>.py     each --module given as a .py file (module names are recorded by name)
     runs/x/checksums.sha256      the sha256 of spiece.model and modules/*.py (``sha256sum -c`` format)
-    runs/x/step_*/train_config.yaml   the resolved settings, with vocab and data_dir as absolute paths, and
-                                 the sha256 of each module file the training imported (module_sha256;
-                                 all covered by the checkpoint's own checksums.sha256)
+    runs/x/step_*/train_config.yaml   the resolved settings, with vocab and data_dir as absolute paths
+    runs/x/step_*/modules.sha256      the sha256 of each module file the training imported (both covered by
+                                 the checkpoint's own checksums.sha256)
 
 so a run keeps working when it is moved to another folder or machine. :func:`open_run` reads a run back
 (its settings, and vocabulary and module paths that resolve inside the run) and verifies the run's copies
@@ -16,8 +16,8 @@ run without the checksum file is refused the same way; ``verify=False`` skips th
 
 Whose code a run imports: one rule for every tool that imports a run's modules (resuming t2t-train,
 t2t-eval, t2t-predict, the cells of t2t-study; t2t-export imports none). A run is **the user's own** when
-the files that say what it imports (the checkpoint's train_config.yaml and checksums.sha256, the run's
-checksums.sha256 and module copies) belong to the user running the tool, and each module copy is the file
+the files that say what it imports (the checkpoint's train_config.yaml, modules.sha256 and checksums.sha256,
+the run's checksums.sha256 and module copies) belong to the user running the tool, and each module copy is the file
 the training imported (its sha256 is the one the checkpoint recorded; checksums.sha256 cannot vouch for
 that, since the user is told how to record it again). The user's own run imports its modules unasked.
 Any other run (written by another user, or with a module file changed since the run recorded it, or from
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 VOCAB_FILE = "spiece.model"
 LINEAGE_FILE = "lineage.json"  # the models a run was trained from, nearest first
 MODULES_DIR = "modules"
-MODULE_DIGESTS = "module_sha256"  # in a checkpoint's settings: {module file name: sha256} of what training imported
 EMBEDDING_MULTIPLE = 128  # T5 pads its 32,100 ids to 32,128 embedding rows
 # Where a run finds its inputs: filled from the run when the user does not give them.
 LOCATIONS = ("vocab", "modules", "data_dir")
@@ -129,10 +128,8 @@ def find_run(path: str | os.PathLike, verify: bool = True) -> Run | None:
     if verify:
         verify_run_files(run_dir)
     settings = checkpoint.read_settings(ckpt, verify) or {}
-    digests = settings.pop(MODULE_DIGESTS, {})
     check_recorded_locations(settings, ckpt / checkpoint.SETTINGS_FILE)
-    check_recorded_digests(digests, ckpt / checkpoint.SETTINGS_FILE)
-    return Run(run_dir, ckpt, settings, digests)
+    return Run(run_dir, ckpt, settings, checkpoint.read_module_digests(ckpt, verify) or {})
 
 
 def check_recorded_locations(settings: dict, file: Path) -> None:
@@ -145,14 +142,6 @@ def check_recorded_locations(settings: dict, file: Path) -> None:
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
         raise T2TError(f"settings file {file} has modules {modules!r}, not a list of module names or files; the "
                        f"file was edited or is corrupt, so restore it from a copy.")
-
-
-def check_recorded_digests(digests: Any, file: Path) -> None:
-    """The recorded module_sha256 is what t2t wrote: module file names and their hex digests."""
-    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in digests.items()):
-        raise T2TError(f"settings file {file} has {MODULE_DIGESTS} {digests!r}, not module file names and their "
-                       f"sha256; the file was edited or is corrupt, so restore it from a copy.")
 
 
 # -- the run's own copies, under checksums ------------------------------------------------------------------
@@ -242,18 +231,19 @@ def not_own_because(run: Run) -> str | None:
     getuid = getattr(os, "getuid", None)
     if getuid is None:
         return "this system has no user ids to tell whose files they are"
-    settings = run.checkpoint / checkpoint.SETTINGS_FILE
+    record = run.checkpoint / checkpoint.MODULES_FILE
     files = [Path(m) for m in run.modules if is_module_file(m)]
-    for path in [settings, run.checkpoint / durable.CHECKSUMS_FILE, run.path / durable.CHECKSUMS_FILE, *files]:
+    for path in [run.checkpoint / checkpoint.SETTINGS_FILE, record, run.checkpoint / durable.CHECKSUMS_FILE,
+                 run.path / durable.CHECKSUMS_FILE, *files]:
         owner = path.lstat().st_uid if path.is_symlink() or path.exists() else getuid()  # a link: its own owner
         if owner != getuid():
             return f"{path} belongs to another user (uid {owner})"
     for path in files:
         recorded = run.module_sha256.get(path.name)
         if recorded is None:
-            return f"{settings} records no sha256 of {path.name} (runs from before t2t recorded them)"
+            return f"{record} records no sha256 of {path.name} (runs from before t2t recorded them)"
         if not path.is_file() or durable.sha256_of(path) != recorded:
-            return f"{path} changed since the run recorded it in {settings}"
+            return f"{path} changed since the run recorded it in {record}"
     return None
 
 
@@ -477,13 +467,14 @@ def _is_ancestor(entry: Any) -> bool:
 def recorded_settings(settings: dict, vocab_path: str | os.PathLike) -> dict:
     """The settings as a run records them: the vocabulary actually used and the data dir as absolute
     paths (never ``vocab: null``), .py modules as absolute paths, and the sha256 of each module file (read
-    now, after the training imported it), by which :func:`not_own_because` knows its copy later."""
+    now, after the training imported it), by which :func:`not_own_because` knows its copy later (the
+    checkpoint writes them to a file of their own, t2t.checkpoints.native.MODULES_FILE)."""
     data_dir = settings.get("data_dir") or os.environ.get("T2T_DATA_DIR")
     files = [Path(m) for m in settings.get("modules", []) if is_module_file(m)]
     return {**settings, "vocab": str(Path(vocab_path).resolve()),
             "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
             "modules": [str(Path(m).resolve()) if is_module_file(m) else m for m in settings.get("modules", [])],
-            MODULE_DIGESTS: {path.name: durable.sha256_of(path) for path in files}}
+            checkpoint.MODULE_DIGESTS: {path.name: durable.sha256_of(path) for path in files}}
 
 
 def embedding_rows(vocab_size: int) -> int:

@@ -405,7 +405,8 @@ def test_ones_own_run_evaluates_and_predicts_without_trust_modules(setup, tmp_pa
 
 @as_root
 @pytest.mark.parametrize("owned_by_another", ["modules/copy_task.py", "checksums.sha256",
-                                              "step_00000002/train_config.yaml", "step_00000002/checksums.sha256"])
+                                              "step_00000002/train_config.yaml", "step_00000002/modules.sha256",
+                                              "step_00000002/checksums.sha256"])
 def test_a_run_whose_files_another_user_owns_imports_its_modules_only_with_consent(setup, tmp_path, capsys,
                                                                                    owned_by_another):
     """Resuming, t2t-eval and t2t-predict follow one rule: a run whose module copies, or the files that say
@@ -452,13 +453,13 @@ def test_a_run_whose_module_is_not_what_its_training_imported_needs_consent(setu
     if change == "module edited":
         copy.write_text(f"open({str(marker)!r}, 'w').close()\n" + MODULE)
         run_lib.record_checksums(run)  # what the suggested `sha256sum ... > checksums.sha256` writes
-        reason = rf"{copy} changed since the run recorded it in {step / 'train_config.yaml'}"
+        reason = rf"{copy} changed since the run recorded it in {step / 'modules.sha256'}"
     else:
-        recorded = yaml.safe_load((step / "train_config.yaml").read_text())
-        assert recorded.pop("module_sha256") == {"copy_task.py": durable.sha256_of(copy)}
-        (step / "train_config.yaml").write_text(yaml.safe_dump(recorded))
+        assert durable.parse_checksums((step / "modules.sha256").read_text()) == {
+            "copy_task.py": durable.sha256_of(copy)}
+        (step / "modules.sha256").unlink()
         rewrite_checksums(step)
-        reason = (rf"{step / 'train_config.yaml'} records no sha256 of copy_task.py \(runs from before t2t "
+        reason = (rf"{step / 'modules.sha256'} records no sha256 of copy_task.py \(runs from before t2t "
                   rf"recorded them\)")
     refusal = rf"would import its module files {copy}, code that runs as you, and {reason}; read them and pass"
     with pytest.raises(T2TError, match=refusal):
@@ -470,6 +471,20 @@ def test_a_run_whose_module_is_not_what_its_training_imported_needs_consent(setu
     assert marker.exists() == (change == "module edited")
     TASKS.unregister(TASK)  # resuming with consent recorded the module it imported: the run is the user's own again
     assert set(evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), max_length=4))) == {TASK}
+
+
+def test_a_checkpoints_settings_file_is_a_recipe_for_t2t_train(setup, tmp_path, capsys):
+    """Users start a new run from a checkpoint's train_config.yaml (``--config``): it holds settings only (the
+    module digests, which are no setting, sit beside it in modules.sha256)."""
+    from t2t.cli import train_main
+    train(settings(setup, tmp_path / "run"))
+    step = checkpoint.latest_checkpoint(tmp_path / "run")
+    capsys.readouterr()
+    assert train_main(["--config", str(step / "train_config.yaml"), "--output-dir", str(tmp_path / "again"),
+                       "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["mixture"] == TASK and printed["modules"] == [setup.module]
+    assert printed["model"] == checkpoint.read_settings(step)["model"]
 
 
 def test_a_tampered_module_copy_is_refused_before_it_runs(setup, tmp_path):
@@ -691,11 +706,14 @@ def test_hand_edited_run_settings_name_the_file_and_key(setup, tmp_path, capsys)
     rewrite_checksums(step)
     with pytest.raises(T2TError, match=rf"settings file {step / 'train_config.yaml'} has modules 5, not a list"):
         run_lib.open_run(tmp_path / "run")
-    (step / "train_config.yaml").write_text(yaml.safe_dump({**recorded, "module_sha256": ["copy_task.py"]}))
+    (step / "train_config.yaml").write_text(yaml.safe_dump(recorded))
+    digests = (step / "modules.sha256").read_text()
+    (step / "modules.sha256").write_text("copy_task.py\n")
     rewrite_checksums(step)
-    with pytest.raises(T2TError, match=rf"settings file {step / 'train_config.yaml'} has module_sha256 "
-                                       rf"\['copy_task.py'\], not module file names and their sha256; the file"):
+    with pytest.raises(T2TError, match=rf"^module record {step / 'modules.sha256'} is not in sha256sum's format "
+                                       rf"\(a sha256 and a file name a line\); the file was edited"):
         run_lib.open_run(tmp_path / "run")
+    (step / "modules.sha256").write_text(digests)
     (step / "train_config.yaml").write_text(yaml.safe_dump({**recorded, "batch_size": "abc"}))
     rewrite_checksums(step)
     assert train_main(["--output-dir", str(tmp_path / "run"), "--train-steps", "3"]) == 2
