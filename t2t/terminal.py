@@ -42,8 +42,17 @@ def stop_on_interrupt() -> None:
     """Ctrl-C (SIGINT) in a command's own process: the first raises KeyboardInterrupt, as Python's handler
     does, and is remembered in ``INTERRUPTED``, so that a library that swallows the exception (a broad
     ``except``, a ``__del__``) cannot make the command carry on: the training loop and the command's end
-    check it (``raise_if_interrupted``). A second one while the first is handled ends the process at once."""
+    check it (``raise_if_interrupted``). One that lands in a ``__del__`` is not reported as "Exception
+    ignored" with its traceback. A second one while the first is handled ends the process at once."""
     signal.signal(signal.SIGINT, on_interrupt)
+    sys.unraisablehook = report_unraisable_but_interrupts
+
+
+def report_unraisable_but_interrupts(unraisable) -> None:
+    """Python's report of an exception it cannot raise (in a ``__del__``, a weakref callback), but for
+    KeyboardInterrupt: INTERRUPTED has it, and the command ends with its one line."""
+    if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
 
 
 def defer_interrupts() -> None:
