@@ -6,6 +6,7 @@ The public surface (README.md, "From Python"; the layers and seams inside: docs/
     model = t2t.from_hf("path/to/hf_t5_dir")          # or a hub id; t2t.load_model(run), t2t.from_t5x(path)
     t2t.to_hf(model, "out_dir")
     vocab = t2t.SentencePieceVocabulary(path, extra_ids=100)
+    t2t.register_vocabulary(MyVocabulary)               # a t2t.Vocabulary kind, read back from a run's vocab.json
     t2t.register_task(t2t.Task(name, source=t2t.JsonlFiles(...), preprocessors=[...], metric_fns=[...]))
     t2t.register_objective("my_denoiser", fn)            # then tasks name it; t2t.get_objective(name, **options)
     t2t.preprocessors.span_corruption(...), t2t.metrics.accuracy(...)
@@ -26,7 +27,8 @@ _EXPORTS = {
     "t2t.data.sources": ("CsvFiles", "DataFiles", "GeneratorSource", "HFDataset", "InMemorySource", "JsonlFiles",
                          "Source", "TextFiles", "TsvFiles"),
     "t2t.data.task": ("Feature", "Mixture", "Task", "get_mixture", "get_task", "register_mixture", "register_task"),
-    "t2t.data.vocab": ("SentencePieceVocabulary",), "t2t.models.t5": ("T5", "ModelConfig"),
+    "t2t.data.vocab": ("SentencePieceVocabulary", "Vocabulary", "load_vocabulary", "register_vocabulary"),
+    "t2t.models.t5": ("T5", "ModelConfig"),
 }
 _LAZY_SUBMODULES = ("metrics", "preprocessors")  # metrics imports scipy and scikit-learn (~180 MB, ~1 s)
 
@@ -43,6 +45,7 @@ def __getattr__(name: str):
 
 
 __all__ = ["from_hf", "to_hf", "load_model", "from_t5x", "T5", "ModelConfig", "SentencePieceVocabulary",
+           "Vocabulary", "load_vocabulary", "register_vocabulary",
            "Task", "Mixture", "Feature", "register_task", "register_mixture", "get_task", "get_mixture",
            "register_objective", "get_objective",
            "Source", "HFDataset", "DataFiles", "JsonlFiles", "CsvFiles", "TsvFiles", "TextFiles", "InMemorySource",

@@ -28,7 +28,7 @@ from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
 from t2t.errors import T2TError, error_summary
 from t2t.models.decoding import ALPHA
 from t2t.models.t5 import T5, ModelConfig
-from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, sentencepiece_spec
+from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, Vocabulary, load_vocabulary, sentencepiece_spec
 from t2t.hub import hub_failure
 
 logger = logging.getLogger(__name__)
@@ -314,7 +314,8 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
     """Write ``model`` as a Hugging Face T5 folder (config.json, generation_config.json, t5_beam_search.json,
     model.safetensors)
     loadable by ``transformers.T5ForConditionalGeneration.from_pretrained(out_dir)``; with ``vocabulary`` (a
-    SentencePieceVocabulary or a .model path) also the tokenizer files ``AutoTokenizer`` reads.
+    SentencePieceVocabulary, a .model path or a run's vocab.json of that kind) also the tokenizer files
+    ``AutoTokenizer`` reads.
 
     ``out_dir`` is new, or holds only files an earlier export wrote: other weight files beside ours could
     be what a loader picks up. The export is written whole in a new folder beside it, then swapped in
@@ -399,8 +400,14 @@ def _export_dir(out: Path) -> Path:
 
 
 def _checked_vocabulary(vocabulary: Any, cfg: ModelConfig) -> SentencePieceVocabulary:
+    """The vocabulary to ship (a path is read as load_vocabulary reads it): SentencePiece is the one kind
+    Hugging Face's T5 tokenizer reads."""
+    if not isinstance(vocabulary, Vocabulary):
+        vocabulary = load_vocabulary(vocabulary)
     if not isinstance(vocabulary, SentencePieceVocabulary):
-        vocabulary = SentencePieceVocabulary(vocabulary)
+        raise T2TError(f"the vocabulary {vocabulary.path} is of kind {vocabulary.kind}, which Hugging Face's T5 "
+                       f"tokenizer cannot read; export without a vocabulary, or pass a SentencePiece one with "
+                       f"--vocab.")
     if vocabulary.vocab_size > cfg.vocab_size:
         raise T2TError(f"the vocabulary {vocabulary.path} has {vocabulary.vocab_size} ids but the model only "
                        f"{cfg.vocab_size} embeddings; export with the vocabulary the model was trained with.")

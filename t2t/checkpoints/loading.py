@@ -27,10 +27,11 @@ def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
 
 
 def own_vocabulary(path_or_id: str | os.PathLike) -> str | None:
-    """The vocabulary a checkpoint carries: a t2t run's copy (``spiece.model``), or the ``spiece.model`` a Hugging
-    Face T5 folder or hub repo ships beside its weights (what transformers' tokenizer reads); None for a t5x
-    checkpoint or a folder without one. A model trained on another vocabulary of T5's size would otherwise be
-    read with T5's, and every prediction would be wrong without a word."""
+    """The vocabulary a checkpoint carries: a t2t run's record (``vocab.json``, or ``spiece.model`` in runs from
+    before it; t2t.checkpoints.run.Run.vocab), or the ``spiece.model`` a Hugging Face T5 folder or hub repo
+    ships beside its weights (what transformers' tokenizer reads); None for a t5x checkpoint or a folder
+    without one. A model trained on another vocabulary of T5's size would otherwise be read with T5's, and
+    every prediction would be wrong without a word."""
     path = Path(path_or_id)
     run = find_run(path)
     if run is not None:

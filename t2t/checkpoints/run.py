@@ -2,14 +2,18 @@
 
 When training starts, :func:`record_run` copies into the run directory what the settings only point to::
 
-    runs/x/spiece.model          the vocabulary (the name Hugging Face uses; t2t-export copies it from here)
+    runs/x/vocab.json            the vocabulary's kind and fields ({"kind": "sentencepiece", "file":
+                                 "spiece.model", "extra_ids": 100}; read back through t2t.data.vocab's kinds)
+    runs/x/spiece.model          the file a vocabulary kind keeps (vocab.json's ``file``; for SentencePiece the
+                                 name Hugging Face uses, and t2t-export copies it from here)
     runs/x/modules/<name>.py     each --module given as a .py file (module names are recorded by name)
-    runs/x/checksums.sha256      the sha256 of spiece.model and modules/*.py (``sha256sum -c`` format)
+    runs/x/checksums.sha256      the sha256 of those copies (``sha256sum -c`` format)
     runs/x/step_*/train_config.yaml   the resolved settings, with vocab and data_dir as absolute paths
     runs/x/step_*/modules.sha256      the sha256 of each module file the training imported (both covered by
                                  the checkpoint's own checksums.sha256)
 
-so a run keeps working when it is moved to another folder or machine. :func:`open_run` reads a run back
+so a run keeps working when it is moved to another folder or machine (runs from before vocab.json have
+spiece.model alone, which is read as SentencePiece with 100 sentinels). :func:`open_run` reads a run back
 (its settings, and vocabulary and module paths that resolve inside the run) and verifies the run's copies
 against their checksums, so a swapped or damaged vocabulary or module is one error naming the file (a
 run without the checksum file is refused the same way; ``verify=False`` skips the check).
@@ -45,12 +49,13 @@ from t2t.checkpoints import native as checkpoint
 from t2t import config
 from t2t.checkpoints import durable
 from t2t.checkpoints.durable import write_atomic
+from t2t.data.vocab import RECORD_FILE, SentencePieceVocabulary, Vocabulary, load_vocabulary, recorded_file
 from t2t.errors import T2TError
 from t2t.models.t5 import resolve_model_config
 
 log = logging.getLogger(__name__)
 
-VOCAB_FILE = "spiece.model"
+VOCAB_FILE = SentencePieceVocabulary.FILE  # a run's vocabulary before vocab.json recorded its kind
 LINEAGE_FILE = "lineage.json"  # the models a run was trained from, nearest first
 MODULES_DIR = "modules"
 EMBEDDING_MULTIPLE = 128  # T5 pads its 32,100 ids to 32,128 embedding rows
@@ -80,9 +85,10 @@ class Run:
 
     @property
     def vocab(self) -> str | None:
-        """The run's copy of its vocabulary; for runs older than the copy, the path they recorded."""
-        copy = self.path / VOCAB_FILE
-        return str(copy) if copy.is_file() else self.settings.get("vocab")
+        """The run's record of its vocabulary (vocab.json), or its spiece.model for runs from before the
+        record; for runs older than the copy, the path they recorded."""
+        copy = next((self.path / n for n in (RECORD_FILE, VOCAB_FILE) if (self.path / n).is_file()), None)
+        return str(copy) if copy is not None else self.settings.get("vocab")
 
     @property
     def modules(self) -> list[str]:
@@ -148,9 +154,21 @@ def check_recorded_locations(settings: dict, file: Path) -> None:
 
 
 def run_files(run_dir: Path) -> list[Path]:
-    """The copies a run keeps: its vocabulary and its modules' .py files."""
-    vocab = [run_dir / VOCAB_FILE] if (run_dir / VOCAB_FILE).is_file() else []
-    return vocab + sorted((run_dir / MODULES_DIR).glob("*.py"))
+    """The copies a run keeps: its vocabulary's (vocab.json and the file it names, or an older run's
+    spiece.model) and its modules' .py files."""
+    return vocabulary_files(run_dir) + sorted((run_dir / MODULES_DIR).glob("*.py"))
+
+
+def vocabulary_files(run_dir: Path) -> list[Path]:
+    record_path = run_dir / RECORD_FILE
+    if not record_path.is_file():
+        return [run_dir / VOCAB_FILE] if (run_dir / VOCAB_FILE).is_file() else []
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError) as e:
+        raise T2TError(f"vocabulary record {record_path} cannot be read ({e}); restore it from a copy.") from None
+    named = [recorded_file(record_path, record)] if isinstance(record, dict) and "file" in record else []
+    return [record_path, *named]
 
 
 def record_checksums(run_dir: Path) -> None:
@@ -261,7 +279,7 @@ def _as_in_run(run: Run, key: str, value: Any) -> Any:
     """A given location that names what the run already has (same file contents, same folder) as the
     run's own, so that repeating the training command's flags overrides nothing."""
     if key == "vocab":
-        return run.vocab if run.vocab and same_file(value, run.vocab) else value
+        return run.vocab if run.vocab and same_vocabulary(value, run.vocab) else value
     if key == "data_dir":
         recorded = run.settings.get("data_dir")
         return recorded if recorded and Path(value).resolve() == Path(recorded).resolve() else value
@@ -309,7 +327,7 @@ def check_resume(run: Run, settings: dict, allow_changed: bool = False, defaults
     current = {k: v for k, v in settings.items() if k not in LOCATIONS + ("model",)}
     changes = [c for c in differences(recorded, current) if _has_key(recorded, c[0])]
     changes += model_changes(run.settings.get("model"), settings.get("model"))
-    if settings.get("vocab") and run.vocab and not same_file(settings["vocab"], run.vocab):
+    if settings.get("vocab") and run.vocab and not same_vocabulary(settings["vocab"], run.vocab):
         changes.append(("vocab", run.vocab, settings["vocab"]))
     model = [c for c in changes if c[0].split(".")[0] == "model"]
     if model:  # resuming builds the checkpoint's model: a changed one would be logged but not trained
@@ -375,19 +393,28 @@ def model_changes(recorded: Any, setting: Any) -> list[tuple[str, Any, Any]]:
             if key in recorded and key not in DERIVED_MODEL_FIELDS and recorded[key] != value]
 
 
-def record_run(run_dir: str | os.PathLike, vocab_path: str | os.PathLike, modules: list[str]) -> None:
-    """Copy the vocabulary to ``run_dir/spiece.model`` and each .py module to ``run_dir/modules/`` (atomic
-    writes with the user's umask; a file already identical is left alone), then record their checksums."""
+def record_run(run_dir: str | os.PathLike, vocab: Vocabulary, modules: list[str]) -> None:
+    """Record the vocabulary (:func:`record_vocabulary`) and copy each .py module to ``run_dir/modules/``
+    (atomic writes with the user's umask; a file already identical is left alone), then record their
+    checksums."""
     run_dir = Path(run_dir)
     files = [m for m in modules if is_module_file(m)]
     names = [Path(m).name for m in files]
     clash = next((n for n in names if names.count(n) > 1), None)
     if clash:
         raise T2TError(f"two --module files are named {clash}; rename one so the run can keep a copy of each.")
-    _copy(Path(vocab_path), run_dir / VOCAB_FILE)
+    record_vocabulary(run_dir, vocab)
     for module in files:
         _copy(Path(module), run_dir / MODULES_DIR / Path(module).name)
     record_checksums(run_dir)
+
+
+def record_vocabulary(run_dir: Path, vocab: Vocabulary) -> None:
+    """``run_dir/vocab.json`` (the vocabulary's kind and fields) and the file its kind keeps beside it."""
+    record = {"kind": vocab.kind, **vocab.record()}
+    if "file" in record:
+        _write_copy(vocab.file_bytes(), recorded_file(run_dir / RECORD_FILE, record))
+    _write_copy(json.dumps(record, indent=2).encode() + b"\n", run_dir / RECORD_FILE)
 
 
 def resumable_checkpoint(run_dir: str | os.PathLike) -> Path | None:
@@ -495,6 +522,11 @@ def is_module_file(spec: str) -> bool:
     return spec.endswith(".py") or "/" in spec or os.sep in spec
 
 
+def same_vocabulary(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two vocabulary files (a SentencePiece model, a run's vocab.json) hold one vocabulary."""
+    return same_file(a, b) or (Path(a).is_file() and Path(b).is_file() and load_vocabulary(a) == load_vocabulary(b))
+
+
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return Path(a).is_file() and Path(b).is_file() and filecmp.cmp(a, b, shallow=False)
 
@@ -502,14 +534,20 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def _copy(source: Path, target: Path) -> None:
     if not source.is_file():
         raise T2TError(f"{source} does not exist, so the run cannot keep a copy of it; check the path.")
-    if not target.is_symlink() and same_file(source, target):  # a link is replaced, never kept or written through
+    _write_copy(source.read_bytes(), target)
+
+
+def _write_copy(data: bytes, target: Path) -> None:
+    """``target`` holding ``data``: a file already identical is left alone; a link is replaced, never kept or
+    written through."""
+    if not target.is_symlink() and target.is_file() and target.read_bytes() == data:
         return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise T2TError(f"cannot write the run's copy of {source.name} into {target.parent} "
+        raise T2TError(f"cannot write the run's copy of {target.name} into {target.parent} "
                        f"({e.strerror or e}); choose a writable --output-dir.") from None
-    write_atomic(target, source.read_bytes())
+    write_atomic(target, data)
 
 
 def _has_key(settings: dict, dotted: str) -> bool:

@@ -1,4 +1,12 @@
-"""SentencePiece vocabulary with T5's sentinel ids, its loader, and its trainer (behind ``t2t-vocab``).
+"""The vocabulary interface, its SentencePiece implementation with T5's sentinel ids, the loader that
+dispatches on a vocabulary's kind, and SentencePiece's trainer (behind ``t2t-vocab``).
+
+:class:`Vocabulary` is what the data pipeline, the model's special ids and a run folder need (seqio's
+``Vocabulary``): ``encode``, ``decode``, ``vocab_size``, ``pad_id``, ``eos_id``, ``unk_id`` and sentinel ids
+counted from the end. A run folder records its vocabulary as ``vocab.json`` (``{"kind": "sentencepiece",
+"file": "spiece.model", "extra_ids": 100}``) beside the files the kind writes, and :func:`load_vocabulary`
+reads such a record back through the kind's class in :data:`VOCABULARY_KINDS`. A new kind (ByT5's bytes) is
+one module with a subclass plus one :func:`register_vocabulary` line.
 
 ``SentencePieceVocabulary`` follows ``seqio.SentencePieceVocabulary`` (names and behaviour):
 
@@ -22,18 +30,21 @@ import codecs
 import errno
 import hashlib
 import io
+import json
 import logging
 import os
 import shutil
 import struct
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import sentencepiece as spm
 
 from t2t.errors import T2TError
 from t2t.data.sources import resolve_data_dir
+from t2t.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +52,7 @@ PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 DEFAULT_EXTRA_IDS = 100
 HUB_REPO, HUB_FILENAME = "google-t5/t5-small", "spiece.model"
 DATA_DIR_VOCAB = Path("vocab") / "t5_spiece.model"
+RECORD_FILE = "vocab.json"  # how a run folder records its vocabulary: its kind and that kind's fields
 
 _USER_DEFINED = 4  # sentencepiece.ModelProto.SentencePiece.Type.USER_DEFINED
 
@@ -132,8 +144,83 @@ def _read_varint(buffer: bytes, i: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-class SentencePieceVocabulary:
+class Vocabulary(ABC):
+    """What t2t needs of a vocabulary, with seqio's names: ids pad 0, eos 1, unk 2 as T5 uses them, and
+    ``extra_ids`` sentinels numbered from the end (``<extra_id_0>`` is ``vocab_size - 1``).
+
+    A kind also says how a run folder keeps it (``record``, ``file_bytes``, ``from_record``), so a moved run
+    reads its own vocabulary, and ``sha256`` names its contents, so results say which vocabulary made them."""
+
+    kind: ClassVar[str]  # its name in vocab.json and VOCABULARY_KINDS
+    path: Path           # where it was read from (messages and the recorded settings name it)
+    extra_ids: int = 0
+
+    pad_id = property(lambda self: PAD_ID, doc="0, also the decoder's start id in T5.")
+    eos_id = property(lambda self: EOS_ID, doc="1, appended to every tokenized feature.")
+    unk_id = property(lambda self: UNK_ID, doc="2, what an id outside the vocabulary decodes as.")
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """All ids, sentinels included; a model's embedding may have more rows."""
+
+    @property
+    @abstractmethod
+    def sha256(self) -> str:
+        """The sha256 of what defines the vocabulary, equal for two copies of one vocabulary."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, without EOS."""
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first EOS, pad dropped."""
+
+    @abstractmethod
+    def record(self) -> dict[str, Any]:
+        """Its fields of a run folder's vocab.json (JSON values, ``kind`` added by the run); a kind that keeps a
+        file beside it names it as ``file`` and gives its contents in :meth:`file_bytes`."""
+
+    def file_bytes(self) -> bytes | None:
+        """The contents of the file ``record`` names (None: vocab.json holds all of the vocabulary)."""
+        return None
+
+    @classmethod
+    @abstractmethod
+    def from_record(cls, file: Path, record: dict[str, Any]) -> Vocabulary:
+        """The vocabulary that ``file`` (a run's vocab.json, or any .json the user wrote) records as ``record``;
+        a file it names lies beside it (:func:`recorded_file`)."""
+
+    def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
+        return [self.encode(text) for text in texts]
+
+    def decode_batch(self, rows: Iterable[Iterable[int]]) -> list[str]:
+        return [self.decode(row) for row in (rows.tolist() if hasattr(rows, "tolist") else rows)]
+
+    def sentinel_id(self, i: int) -> int:
+        """The id of ``<extra_id_i>``: ``vocab_size - 1 - i``."""
+        if not 0 <= i < self.extra_ids:
+            raise ValueError(f"sentinel {i} is out of range for a vocabulary with {self.extra_ids} extra ids")
+        return self.vocab_size - 1 - i
+
+
+VOCABULARY_KINDS: Registry[type[Vocabulary]] = Registry("vocabulary kind")
+
+
+def register_vocabulary(cls: type[Vocabulary]) -> type[Vocabulary]:
+    """Make ``cls`` readable from the vocab.json of the runs it trains (under ``cls.kind``)."""
+    return VOCABULARY_KINDS.register(cls.kind, cls)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class SentencePieceVocabulary(Vocabulary):
     """A SentencePiece model plus ``extra_ids`` sentinel ids, with seqio's names and semantics."""
+
+    kind = "sentencepiece"
+    FILE = "spiece.model"  # its name in a run folder (and Hugging Face's)
 
     def __init__(self, path: str | os.PathLike, extra_ids: int = DEFAULT_EXTRA_IDS):
         path = Path(path)
@@ -193,9 +280,10 @@ class SentencePieceVocabulary:
         """The SentencePiece model's own pieces (pad, eos and unk included), without the sentinels."""
         return self._vocab_size - self.extra_ids
 
-    pad_id = property(lambda self: PAD_ID, doc="0, also the decoder's start id in T5.")
-    eos_id = property(lambda self: EOS_ID, doc="1, appended to every tokenized feature.")
-    unk_id = property(lambda self: UNK_ID, doc="2, rendered as ' ⁇ ' by decode.")
+    @property
+    def sha256(self) -> str:
+        """The sha256 of the SentencePiece model's bytes (what results have always recorded)."""
+        return self._digest
 
     @property
     def tokenizer(self) -> spm.SentencePieceProcessor:
@@ -207,11 +295,15 @@ class SentencePieceVocabulary:
         """The serialized SentencePiece model as read from ``path`` (without the sentinel pieces)."""
         return self._model_bytes
 
-    def sentinel_id(self, i: int) -> int:
-        """The id of ``<extra_id_i>``: ``vocab_size - 1 - i``."""
-        if not 0 <= i < self.extra_ids:
-            raise ValueError(f"sentinel {i} is out of range for a vocabulary with {self.extra_ids} extra ids")
-        return self._vocab_size - 1 - i
+    def record(self) -> dict[str, Any]:
+        return {"file": self.FILE, "extra_ids": self.extra_ids}
+
+    def file_bytes(self) -> bytes:
+        return self._model_bytes
+
+    @classmethod
+    def from_record(cls, file: Path, record: dict[str, Any]) -> SentencePieceVocabulary:
+        return cls(recorded_file(file, record), record_field(file, record, "extra_ids", int))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, without EOS."""
@@ -271,15 +363,57 @@ def restore_vocabulary(path: str, model_bytes: bytes, extra_ids: int) -> Sentenc
     return SentencePieceVocabulary.from_bytes(model_bytes, extra_ids, path)
 
 
+register_vocabulary(SentencePieceVocabulary)
+
+
 # ---------------------------------------------------------------------------------------------------------
+
+
+def record_field(file: Path, record: dict[str, Any], key: str, kind: type) -> Any:
+    """Field ``key`` of vocabulary record ``file``, which must be a ``kind`` (one sentence if it is not)."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise T2TError(f"vocabulary record {file} has {key} {value!r}, which must be of type {kind.__name__}; the "
+                       f"file was edited or is corrupt, so restore it from a copy.")
+    return value
+
+
+def recorded_file(file: Path, record: dict[str, Any]) -> Path:
+    """The file vocabulary record ``file`` names (``file``): a name beside it, never a path out of its folder."""
+    name = record_field(file, record, "file", str)
+    if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+        raise T2TError(f"vocabulary record {file} names the file {name!r}, not a file beside it; the file was "
+                       f"edited or is corrupt, so restore it from a copy.")
+    return Path(file).parent / name
+
+
+def read_vocabulary(path: str | os.PathLike, extra_ids: int = DEFAULT_EXTRA_IDS) -> Vocabulary:
+    """The vocabulary at ``path``: a .json vocabulary record (a run's vocab.json; any registered kind), else a
+    SentencePiece model with ``extra_ids`` sentinels."""
+    path = Path(path)
+    if path.suffix != ".json":
+        return SentencePieceVocabulary(path, extra_ids)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        reason = "does not exist" if isinstance(e, FileNotFoundError) else f"cannot be read ({e})"
+        raise T2TError(f"vocabulary record {path} {reason}; pass a run's {RECORD_FILE} or a SentencePiece .model "
+                       f"file.") from None
+    kind = record.get("kind") if isinstance(record, dict) else None
+    if not isinstance(kind, str) or kind not in VOCABULARY_KINDS:
+        raise T2TError(f"vocabulary record {path} is of kind {kind!r}, which is not registered (the registered kinds "
+                       f"are {', '.join(VOCABULARY_KINDS.names())}); pass the --module that registers it, or "
+                       f"restore the file from a copy.")
+    return VOCABULARY_KINDS.get(kind).from_record(path, record)
 
 
 def load_vocabulary(
     path: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
     extra_ids: int = DEFAULT_EXTRA_IDS,
-) -> SentencePieceVocabulary:
-    """The vocabulary from the first of: ``path`` (--vocab), ``$T2T_VOCAB``,
+) -> Vocabulary:
+    """The vocabulary from the first of: ``path`` (--vocab: a run's vocab.json or a SentencePiece model, see
+    :func:`read_vocabulary`), ``$T2T_VOCAB``,
     ``<data_dir or $T2T_DATA_DIR>/vocab/t5_spiece.model``, or T5's ``spiece.model`` from the Hugging Face hub
     (``google-t5/t5-small``, through huggingface_hub's cache, so it also works offline once cached).
 
@@ -287,14 +421,14 @@ def load_vocabulary(
     dir without ``vocab/t5_spiece.model`` falls through to the hub.
     """
     if path is not None:
-        return SentencePieceVocabulary(path, extra_ids)
+        return read_vocabulary(path, extra_ids)
     env_path = os.environ.get("T2T_VOCAB")
     if env_path:
         if not Path(env_path).is_file():
             raise T2TError(
                 f"T2T_VOCAB points to {env_path}, which is not a file; set it to a SentencePiece .model file."
             )
-        return SentencePieceVocabulary(env_path, extra_ids)
+        return read_vocabulary(env_path, extra_ids)
     root = resolve_data_dir(data_dir)  # a data dir that does not exist is named here, not blamed on the vocabulary
     if root is not None:
         candidate = root / DATA_DIR_VOCAB

@@ -327,7 +327,7 @@ def other_vocabulary(checkpoint_path: str, sha256: str) -> str | None:
     """``sha256`` (a vocabulary's) if the checkpoint carries a vocabulary of its own and this is another one,
     else None: where results are kept apart (results.split_folder)."""
     own = own_vocabulary(checkpoint_path)
-    return sha256 if own is not None and durable.sha256_of(Path(own)) != sha256 else None
+    return sha256 if own is not None and load_vocabulary(own).sha256 != sha256 else None
 
 
 def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_examples=None,

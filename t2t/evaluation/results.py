@@ -23,7 +23,6 @@ overwritten (``check_vocabulary``: a checkpoint that carries no vocabulary of it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -252,8 +251,9 @@ def stamp(checkpoint: str, step: int | None, split: str, settings: Mapping, voca
 
 
 def vocabulary_record(vocab) -> dict:
-    """``{"path", "sha256"}`` of the vocabulary an evaluation read (its SentencePiece model's bytes)."""
-    return {"path": str(vocab.path), "sha256": hashlib.sha256(vocab.model_bytes).hexdigest()}
+    """``{"path", "sha256"}`` of the vocabulary an evaluation read (t2t.data.vocab.Vocabulary.sha256: a
+    SentencePiece model's bytes)."""
+    return {"path": str(vocab.path), "sha256": vocab.sha256}
 
 
 def split_folder(split: str, other_vocabulary: str | None) -> str:

@@ -92,7 +92,7 @@ def test_training_copies_the_vocabulary_and_modules_into_the_run(setup, tmp_path
     assert (tmp_path / "run" / "spiece.model").read_bytes() == (setup.src / "my.model").read_bytes()
     assert (tmp_path / "run" / "modules" / "copy_task.py").read_text() == MODULE
     assert run.settings["vocab"] == setup.vocab and run.settings["data_dir"] == str(tmp_path / "no-data")
-    assert run.vocab == str(tmp_path / "run" / "spiece.model")
+    assert run.vocab == str(tmp_path / "run" / "vocab.json")
     assert run.modules == [str(tmp_path / "run" / "modules" / "copy_task.py")]
     assert run_lib.open_run(run.checkpoint).path == tmp_path / "run"  # one step folder names its run
 
@@ -148,7 +148,7 @@ def test_resume_with_a_different_vocabulary_is_refused(setup, tmp_path):
     train(settings(setup, tmp_path / "run"))
     other = tmp_path / "other.model"
     other.write_bytes(tiny_vocabulary(300).path.read_bytes())
-    with pytest.raises(T2TError, match=r"vocab .*spiece.model → .*other.model"):
+    with pytest.raises(T2TError, match=r"vocab .*run/vocab.json → .*other.model"):
         train(settings(setup, tmp_path / "run", train_steps=3, vocab=str(other)))
 
 
@@ -330,9 +330,9 @@ def test_predict_says_how_many_inputs_it_cut(setup, tmp_path, caplog):
 
 def test_a_run_folder_that_cannot_be_written_is_one_sentence(setup, tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    with pytest.raises(T2TError, match=r"cannot write the run's copy of my.model into .*file/run \(.*\); choose "
+    with pytest.raises(T2TError, match=r"cannot write the run's copy of spiece.model into .*file/run \(.*\); choose "
                                        r"a writable --output-dir"):
-        run_lib.record_run(tmp_path / "file" / "run", setup.vocab, [])
+        run_lib.record_run(tmp_path / "file" / "run", SentencePieceVocabulary(setup.vocab), [])
 
 
 def test_settings_added_to_t2t_after_a_run_was_recorded_count_as_their_defaults(tmp_path):
@@ -579,8 +579,9 @@ def test_a_damaged_run_vocabulary_is_named(setup, tmp_path, damage):
         vocab.write_bytes(vocab.read_bytes()[:1000])
     else:
         (tmp_path / "run" / "checksums.sha256").unlink()
-    expected = (rf"run .*run has no checksums.sha256 for its spiece.model, modules/copy_task.py, so they cannot be "
-                rf"verified .*sha256sum spiece.model modules/copy_task.py > checksums.sha256" if damage.startswith("c")
+    expected = (r"run .*run has no checksums.sha256 for its vocab.json, spiece.model, modules/copy_task.py, so they "
+                r"cannot be verified .*sha256sum vocab.json spiece.model modules/copy_task.py > checksums.sha256"
+                if damage.startswith("c")
                 else rf"run file {vocab} does not match its recorded checksum")
     with pytest.raises(T2TError, match=expected):
         evaluate(EvalConfig(mixture=TASK, checkpoint=str(tmp_path / "run"), modules=[setup.module]))
@@ -633,7 +634,7 @@ def test_training_never_writes_through_links_placed_in_the_run_folder(setup, tmp
     (run / ".lock").unlink()
     for name in ("spiece.model", "checksums.sha256", "lineage.json"):
         (run / name).symlink_to(precious)
-    run_lib.record_run(run, setup.vocab, [setup.module])
+    run_lib.record_run(run, SentencePieceVocabulary(setup.vocab), [setup.module])
     run_lib.record_lineage(run, "google-t5/t5-small")
     assert not any(p.is_symlink() for p in run.iterdir())
     assert precious.read_bytes() == Path(setup.vocab).read_bytes()
@@ -661,10 +662,11 @@ def test_a_checkpoint_with_a_nan_weight_is_refused_by_evaluation_and_init_from(s
 def test_a_runs_copies_follow_the_umask(setup, tmp_path):
     old = os.umask(0o022)
     try:
-        run_lib.record_run(tmp_path / "run", setup.vocab, [setup.module])
+        run_lib.record_run(tmp_path / "run", SentencePieceVocabulary(setup.vocab), [setup.module])
     finally:
         os.umask(old)
-    for path in (tmp_path / "run" / "spiece.model", tmp_path / "run" / "modules" / "copy_task.py"):
+    for path in (tmp_path / "run" / "spiece.model", tmp_path / "run" / "vocab.json",
+                 tmp_path / "run" / "modules" / "copy_task.py"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
 
 
@@ -674,7 +676,7 @@ def test_a_full_disk_while_the_vocabulary_is_copied_is_one_sentence(setup, tmp_p
     monkeypatch.setattr(durable, "write_file", lambda path, data: full(None, data))
     with pytest.raises(T2TError, match=r"cannot write .*run/spiece.model \(No space left on device\); free disk "
                                        r"space and run the same command again"):
-        run_lib.record_run(tmp_path / "run", setup.vocab, [])
+        run_lib.record_run(tmp_path / "run", SentencePieceVocabulary(setup.vocab), [])
     assert [p.name for p in (tmp_path / "run").iterdir()] == []  # no temporary file left behind
 
 
@@ -802,6 +804,7 @@ def test_a_run_whose_module_imports_the_old_paths_evaluates_once_its_files_are_c
     forget_sources(setup)
     run = tmp_path / "run"
     (run / "checksums.sha256").unlink()
+    (run / "vocab.json").unlink()  # older t2t recorded spiece.model alone
     with pytest.raises(T2TError, match=r"sha256sum spiece.model modules/copy_task.py > checksums.sha256"):
         evaluate(EvalConfig(mixture=TASK, checkpoint=str(run), trust_modules=True))
     run_lib.record_checksums(run)  # what the printed sha256sum line writes
