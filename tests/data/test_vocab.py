@@ -211,6 +211,18 @@ def test_load_explicit_path_wins(tiny, tmp_path, monkeypatch):
         load_vocabulary(tmp_path / "missing.model")
 
 
+def test_a_vocabulary_record_reads_its_kind_with_the_recorded_extra_ids(tiny, tmp_path, monkeypatch):
+    """A run's vocab.json (or $T2T_VOCAB naming one) is read through its kind, with its own extra_ids, not
+    load_vocabulary's default of 100."""
+    shutil.copyfile(tiny.path, tmp_path / "spiece.model")
+    (tmp_path / "vocab.json").write_text('{"kind": "sentencepiece", "file": "spiece.model", "extra_ids": 7}')
+    loaded = load_vocabulary(tmp_path / "vocab.json")
+    assert loaded == SentencePieceVocabulary(tiny.path, extra_ids=7) and loaded.record()["extra_ids"] == 7
+    assert loaded.sentinel_id(0) == loaded.vocab_size - 1 == tiny.vocab_size - 100 + 7 - 1
+    monkeypatch.setenv("T2T_VOCAB", str(tmp_path / "vocab.json"))
+    assert load_vocabulary() == loaded
+
+
 def test_load_from_env(tiny, tmp_path, monkeypatch, no_vocab_env):
     monkeypatch.setenv("T2T_VOCAB", str(tiny.path))
     monkeypatch.setenv("T2T_DATA_DIR", str(tmp_path))
