@@ -6,7 +6,7 @@ decoder layer's cross-attention keys/values once; a decoder-only model runs its 
 the decoder self-attention keys/values in preallocated buffers (``T5.decode_step``). Outputs are
 [B, ≤max_new_tokens] ids without the start token, EOS included where produced and padding (0) after it;
 decoding stops early once every row has produced EOS. On a CUDA device every method replays the step as a CUDA
-graph (``cuda_graph``, on by default; greedy, t5.1.1-base, 32 × 128→32 on an H200: 2.7× faster).
+graph (``cuda_graph``, on by default: a small batch's step is bound by kernel launches).
 
 ``generate`` picks the method: ``num_beams > 1`` → beam search; ``temperature > 0`` → sampling;
 otherwise greedy (t5x's convention: temperature 0 is greedy). Both at once (beam sampling, which t2t does
@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from t2t.models.kernels import many_graphs, packed_weights
+from t2t.models.kernels import many_graphs
 
 NEG_INF = -1.0e9  # "impossible" score, as HF's beam search uses (finite, so sums stay ordered)
 ALPHA = 0.6  # beam search's length penalty exponent, T5's (and t5x's, GNMT's) default
@@ -68,7 +68,7 @@ def decoding_step(model, compile: bool = False, cuda_graph: bool = False) -> Cal
     def compiled(tokens: torch.Tensor, position: torch.Tensor, cache) -> torch.Tensor:
         _mark_varying_sizes(tokens, cache)
         started = time.perf_counter()
-        with packed_weights(cache.packed_weights), many_graphs():  # packed as in ``T5.decode_step``
+        with model.decoding_scope(cache.weight_copies), many_graphs():  # as in ``T5.decode_step``
             logits = compiled_static_step()(model, tokens, position, *cache.tensors())
         if not _first_compiled_call:
             _first_compiled_call.append(time.perf_counter() - started)

@@ -72,7 +72,7 @@ def step_seed(seed: int, step: int) -> int:
 
 def row_seeds(seed: int, step: int, rows: list[int]) -> list[int]:
     """The dropout seed of each row of one step, from its index in the global batch: the same with 1 process
-    or N, with or without gradient accumulation (``kernels.row_generators``)."""
+    or N, with or without gradient accumulation (``dropout.row_generators``)."""
     return [int(np.random.SeedSequence([seed, step, row]).generate_state(1, np.uint64)[0]) for row in rows]
 
 

@@ -1,39 +1,29 @@
-"""The model's hot operations on the CPU: linear layers on the fastest fp32 kernel, cheaper dropout masks,
-a ReLU that compiles without a bool mask. (What each choice measured, per CPU: benchmarks/README.md, "Model".)
+"""The CPU kernel choices t2t can apply to a built model: ``apply(model, "auto" | "plain")``.
 
-On the CPU, ``F.linear`` runs MKL's sgemm; oneDNN (which PyTorch ships for its CPU convolutions and bf16
-matmuls) is the other fp32 kernel, and which is faster depends on the CPU. ``linear`` routes all three
-products of a linear layer to oneDNN: ``x @ W.T`` (the forward pass), ``grad @ W`` (the input gradient) and
-``grad.T @ x`` (the weight gradient), where that was measured to pay: on AMD CPUs with AVX-512 (Zen 4: about
-twice MKL's rate; ``ONEDNN_UNPACKED``). All are IEEE fp32 kernels (no reduced-precision accumulation), so
-results agree with ``F.linear`` to rounding. The path is taken for fp32 CPU tensors with autocast off, eager
-and compiled alike: the products are the custom ops
-``t2t::onednn_linear`` and, for products by packed weights in compiled code (below),
-``t2t::linear_without_grad`` (eager calls run its body directly), which ``torch.compile`` keeps as opaque
-calls and fuses the element-wise work around (inductor has no lowering of its own for the oneDNN op).
-Everything else (CUDA, bf16 outside compiled decoding steps, meta tensors) is plain ``F.linear``. Decoding
-steps, eager and compiled, run inside ``packed_weights``, where each weight is packed once into the layout of
-MKL's packed GEMM (Intel CPUs with AVX-512, ``PACKED_BY_MKL``) or oneDNN's (elsewhere) rather than reordered
-inside every product; so are the bf16 copies a compiled step multiplies by under autocast, which it would
-otherwise cast at every step.
+The network (t5.py) is plain PyTorch: ``nn.Linear``, ``nn.ReLU``, the row-seeded ``dropout.Dropout``, SDPA.
+``apply(model, "auto")`` swaps in this module's tuned forms, each of which takes its fast path only where it
+was measured to pay (benchmarks/README.md, "Model") and is the plain operation everywhere else;
+``apply(model, "plain")`` swaps the plain ones back. Every private torch operator t2t uses is here, behind a
+check: a missing operator leaves the plain path, and one that fails on first use is given up with one log line.
 
-``autocast`` is the compute-precision switch of training and evaluation: bf16 autocast on CUDA and on the
-CPU alike. On CPUs with bf16 instructions (AMX, AVX512-BF16) oneDNN's bf16 GEMMs are much faster than fp32;
-elsewhere bf16 is emulated and slower.
+- ``Linear``: the products of a linear layer (``x @ W.T`` and both gradients) on oneDNN rather than MKL's
+  sgemm on CPUs where oneDNN is the faster fp32 kernel (``ONEDNN_UNPACKED``). The products are the custom
+  ops ``t2t::onednn_linear`` and ``t2t::linear_without_grad``, which ``torch.compile`` keeps as opaque calls
+  (inductor has no lowering of its own for the oneDNN op). All IEEE fp32 kernels: results agree with
+  ``F.linear`` to rounding.
+- ``packed_weights``: decoding steps multiply by copies of the weights packed once per decoding call for MKL's
+  or oneDNN's GEMM (``PACKED_BY_MKL``) rather than reordered inside every product.
+- ``Dropout``: masks from numpy's SFC64 words, four 15-bit draws a word, instead of ``bernoulli_``; the drop
+  probability is rounded to a multiple of 2^-15 (0.1 → 0.100006) and the kept values scaled by the exact
+  inverse of the keep rate. Inside ``dropout.row_generators`` row ``b`` comes from its own generator, as the
+  plain Dropout's does; outside, the generator is seeded from torch's, so masks follow ``torch.manual_seed``.
+- ``ReLU``: on the CPU with autograd, an opaque op whose backward reads the saved output (compiled, ``F.relu``
+  saves a bool mask, which inductor's CPU code stores slowly).
+- ``sdpa``: attention of one query (a decoding step) on the CPU as two matrix-vector products.
 
-``Dropout`` is ``nn.Dropout`` whose CPU masks come from the 64-bit words of numpy's SFC64 generator split
-into four 15-bit draws each, instead of ``bernoulli_``, which costs several nanoseconds an element and was
-a large share of a t5-small training step on the CPU. The drop probability is rounded to a multiple of
-2^-15 (0.1 → 0.100006; below 2^-16 it is 0) and the kept values are scaled by the exact inverse of the keep
-rate, so expectations are unchanged. Masks are a function of torch's seed alone (resume and per-step seeding
-hold), or, inside ``row_generators``, row ``b`` of every mask comes from its own generator: the trainer seeds
-each row from (seed, step, the row's index in the global batch), so a row gets the same masks whichever
-process and micro-batch it lands in. The mask is the custom op ``t2t::dropout_keep_mask``, so compiled
-code draws the very masks eager code draws, in the same order (a compiled CPU run with dropout computes
-what the eager one does); CUDA uses ``F.dropout`` with torch's generator.
-
-``relu`` is ``F.relu`` through the custom ops ``t2t::relu`` and ``t2t::relu_backward`` on the CPU (see its
-docstring for why).
+Also here, because the commands apply them around the model: ``autocast`` (bf16 on CUDA and the CPU alike,
+with a warning where the CPU emulates bf16) and ``many_graphs`` (dynamo's recompile limit for t2t's compiled
+functions).
 """
 
 from __future__ import annotations
@@ -42,19 +32,17 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import platform
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.errors import T2TError
+from t2t.models import dropout as row_dropout
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +50,6 @@ HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, 
 HAS_MKL_PACKING = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 CAN_PACK = HAS_ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 PACKS_BF16 = CAN_PACK and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-UNPACKED_OPT_OUT = "T2T_UNPACKED_WEIGHTS"  # set to 1: decode without packed copies (``packed_weights``)
 
 
 def onednn_for_plain_weights(capability: str, cpu_description: str) -> bool:
@@ -106,6 +93,14 @@ PACKED_BY_MKL = CAN_PACK and HAS_MKL_PACKING and mkl_for_packed_weights(torch.ba
                                                                         _cpu_description())
 
 
+def give_up(what: str, error: Exception) -> None:
+    """Stop using every private operator after one failed: one log line, then the plain path for good."""
+    global HAS_ONEDNN, CAN_PACK, PACKS_BF16, ONEDNN_UNPACKED, PACKED_BY_MKL
+    HAS_ONEDNN = CAN_PACK = PACKS_BF16 = ONEDNN_UNPACKED = PACKED_BY_MKL = False
+    log.warning("%s failed on this torch (%s); t2t computes with plain PyTorch (F.linear) from here on.",
+                what, str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN's linear kernel; ``weight`` plain (any strides) or packed (``packed_weights``)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
@@ -116,14 +111,22 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
     if x.shape[-1] == 0:  # an empty sum (the weight gradient of an empty batch): oneDNN refuses it
         return x.new_zeros((*x.shape[:-1], weight.shape[0]))
-    return _onednn_product(x, weight)
+    if HAS_ONEDNN:
+        try:
+            return _onednn_product(x, weight)
+        except RuntimeError as error:
+            give_up("oneDNN's linear operator (torch.ops.mkldnn._linear_pointwise)", error)
+    return F.linear(x, weight)
 
 
 def _product_without_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` for products autograd does not record: inside ``packed_weights`` by the weight's packed
     copy, else by this CPU's faster kernel for plain weights."""
-    if _packed is not None and x.numel():
-        return _by_packed_weight(x, weight)
+    if _packed is not None and x.numel() and CAN_PACK:
+        try:
+            return _by_packed_weight(x, weight)
+        except RuntimeError as error:
+            give_up("packing weights for MKL or oneDNN (torch.ops.mkl / torch.ops.mkldnn)", error)
     return _by_plain_weight(x, weight.to(x.dtype))
 
 
@@ -244,11 +247,9 @@ def packed_weights(store: WeakIdKeyDictionary):
     change), instead of having the kernel reorder the weight inside every product; compiled code under bf16
     autocast multiplies by bf16 copies packed for oneDNN (``_packed_product_dtype``). The decoding steps run in it
     with their decoding cache's store, so each weight is packed once per decoding call rather than once per
-    token, for memory the size of the weights the steps use (greedy t5-small 32 × 128→32: 8-10% faster than
-    unpacked, the same tokens, a peak 17% higher). ``T2T_UNPACKED_WEIGHTS=1`` in the environment turns it off."""
+    token, for memory the size of the weights the steps use (``kernels: plain`` decodes without it)."""
     global _packed
-    use = CAN_PACK and os.environ.get(UNPACKED_OPT_OUT) != "1"
-    outer, _packed = _packed, (store if use else None)
+    outer, _packed = _packed, (store if CAN_PACK else None)
     try:
         yield
     finally:
@@ -273,9 +274,6 @@ def _by_packed_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 class Linear(nn.Linear):
     """``nn.Linear`` without bias (same parameters and state-dict keys) whose product goes through ``linear``."""
 
-    def __init__(self, in_features: int, out_features: int):
-        super().__init__(in_features, out_features, bias=False)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight)
 
@@ -284,28 +282,11 @@ _DROP_BITS = 15  # a 64-bit word of numpy's SFC64 gives four draws of 15 bits
 _DRAWS = 1 << _DROP_BITS  # the number of values a draw takes
 
 
-_row_generators: list[np.random.SFC64] | None = None
-
-
-@contextlib.contextmanager
-def row_generators(seeds: list[int]):
-    """Inside: the CPU dropout masks of a batch of ``len(seeds)`` rows draw row ``b`` (the first dimension)
-    from a generator seeded with ``seeds[b]``, so each row's masks depend on its seed alone, not on the rows
-    beside it. Every dropout in the model acts on batch-first tensors."""
-    global _row_generators
-    outer, _row_generators = _row_generators, [np.random.SFC64(int(s)) for s in seeds]
-    try:
-        yield
-    finally:
-        _row_generators = outer
-
-
 def _bit_generators() -> list[np.random.SFC64]:
-    """One generator per row inside ``row_generators``; else one for the whole mask, seeded by a draw from
-    torch's generator, so that masks follow ``torch.manual_seed`` and a checkpoint's RNG state."""
-    if _row_generators is not None:
-        return _row_generators
-    return [np.random.SFC64(int(torch.randint(1 << 62, ()).item()))]
+    """One generator per row inside ``dropout.row_generators``; else one for the whole mask, seeded by a draw
+    from torch's generator, so that masks follow ``torch.manual_seed`` and a checkpoint's RNG state."""
+    rows = row_dropout.active_row_generators("sfc64", np.random.SFC64)
+    return rows if rows is not None else [np.random.SFC64(int(torch.randint(1 << 62, ()).item()))]
 
 
 # Every mask drawn adds one here. The mask op writes it so that torch.compile treats each call as a side
@@ -323,8 +304,8 @@ def _draw_keep_mask(masks_drawn: torch.Tensor, shape: list[int], threshold: int)
     masks_drawn.add_(1)
     generators = _bit_generators()
     rows = len(generators)
-    if _row_generators is not None and shape[0] != rows:
-        raise RuntimeError(f"a dropout mask for {shape[0]} rows inside row_generators for {rows} rows")
+    if rows > 1:
+        row_dropout.check_rows(shape, generators)
     n = math.prod(shape) // rows  # draws per row
     keep = np.empty((rows, n), dtype=np.bool_)
     for row, generator in zip(keep, generators):
@@ -384,6 +365,13 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     return F.relu(x)
 
 
+class ReLU(nn.ReLU):
+    """``nn.ReLU`` through ``relu``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return relu(x)
+
+
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the cheaper mask on the CPU (see the module doc)."""
     if not training or p == 0.0:
@@ -394,49 +382,27 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x.mul(scale).mul_(keep)
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` through ``dropout``."""
+class Dropout(row_dropout.Dropout):
+    """The row-seeded Dropout with the cheaper mask on the CPU (``dropout``), inside ``row_generators`` or not:
+    compiled code then draws what eager code draws in every case."""
+
+    def draws_by_row(self, x: torch.Tensor) -> bool:
+        return x.device.type == "cpu"
+
+    def keep_mask(self, shape: torch.Size) -> tuple[torch.Tensor, float]:
+        return keep_mask(shape, self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training)
 
 
-@dataclass(frozen=True)
-class FlexBias:
-    """What FlexAttention needs in place of a dense bias: which keys each query may attend to (a block mask,
-    so fully masked blocks are skipped) and a function adding the position bias to a score (None: no bias)."""
-
-    block_mask: BlockMask
-    score_mod: Callable | None = None
-
-
-def flex_bias(allowed: torch.Tensor, q_len: int, score_mod: Callable | None = None) -> FlexBias:
-    """A FlexBias for ``q_len`` queries from a bool mask ``allowed`` [B, q_len|1, S] (True = may attend)."""
-    B, S = allowed.shape[0], allowed.shape[-1]
-    allowed = allowed.expand(B, q_len, S)
-    shared = B == 1  # one mask for every row (flex still asks it about each row)
-
-    def may_attend(b, h, q, k):
-        return allowed[0, q, k] if shared else allowed[b, q, k]
-
-    return FlexBias(create_block_mask(may_attend, B, None, q_len, S, device=allowed.device), score_mod)
-
-
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | FlexBias | None,
-              dropout_p: float) -> torch.Tensor:
-    """Unscaled attention with an additive ``bias``: ``F.scaled_dot_product_attention(..., scale=1.0)``, or
-    ``flex_attention`` for a :class:`FlexBias` (the caller has checked that no dropout is asked of it).
-
-    With dropout on the CPU, SDPA falls back to its unfused math (scores, softmax, ``bernoulli_`` mask,
-    product); this is the same math with ``dropout``'s cheaper mask.
-    """
-    if isinstance(bias, FlexBias):
-        return _flex_attention(q, k, v, bias)
-    if q.shape[-2] == 1 and dropout_p == 0.0 and q.device.type == "cpu" and not _one_query_by_sdpa(q):
-        return _single_query_attention(q, k, v, bias)
-    if dropout_p == 0.0 or q.device.type != "cpu":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
-    return dropout(_scores(q, k, bias).softmax(-1), dropout_p, True) @ v
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+         dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
+    """``F.scaled_dot_product_attention``, but one query per row on the CPU (a decoding step) as two
+    matrix-vector products (``_single_query_attention``)."""
+    if q.shape[-2] == 1 and dropout_p == 0.0 and scale == 1.0 and q.device.type == "cpu" and not _one_query_by_sdpa(q):
+        return _single_query_attention(q, k, v, attn_mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -469,33 +435,41 @@ def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _scores(q, k, bias).softmax(-1, dtype=torch.float32).to(v.dtype) @ v
 
 
-# torch 2.11's default forward configuration for T5's score_mod asks an H100 for 240 KB of shared memory
-# (it has 227 KB) and fails to compile; with two pipeline stages instead of three it fits and ran as fast
-# as 64 × 64 blocks (t5.1.1-base, batch 8 × 512, bf16: 289 and 283 ms a step).
-GPU_FLEX_KERNEL_OPTIONS = {"num_stages": 2}
 
 
-def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: FlexBias) -> torch.Tensor:
-    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        raise T2TError(f"model.attention=flex runs forward only on the CPU (torch {torch.__version__.split('+')[0]} "
-                       f"has no FlexAttention backward there); train with model.attention=sdpa on the CPU, or "
-                       f"on a CUDA device.")
-    if q.device.type == "cpu":
-        return flex_attention(q, k, v, score_mod=bias.score_mod, block_mask=bias.block_mask, scale=1.0)
-    if q.shape[-1] < 16:
-        raise T2TError(f"model.attention=flex on a GPU needs model.d_kv of at least 16 (FlexAttention's fused "
-                       f"kernel), not {q.shape[-1]}; use model.attention=sdpa for this model.")
-    kernel = flex_attention if torch.compiler.is_compiling() else compiled_flex_attention()
-    return kernel(q, k, v, score_mod=bias.score_mod, block_mask=bias.block_mask, scale=1.0,
-                  kernel_options=GPU_FLEX_KERNEL_OPTIONS)
+# ----------------------------------------------------------------------------------------------------------
+# The seam
 
 
-@functools.cache
-def compiled_flex_attention() -> Callable:
-    """``flex_attention`` compiled on its own, for eager models on a GPU: uncompiled, it runs a reference
-    implementation that materialises every score, the very thing the fused kernel exists to avoid. (Inside
-    a compiled model, and on the CPU, where only the forward runs, the plain function is used.) Static
-    shapes, as everywhere t2t compiles: with dynamic ones, the second length seen (the decoder's after the
-    encoder's) made the lengths symbolic, and torch 2.11 then failed to lower the gradient of a score_mod
-    that captures them (T5's distance table, ``T5Stack.flex_self_attention_bias``) on an H100."""
-    return torch.compile(flex_attention, dynamic=False)
+#: plain module type → its tuned form; a tuned module keeps the plain one's parameters (same state-dict keys)
+TUNED_MODULES: dict[type[nn.Module], type[nn.Module]] = {nn.Linear: Linear, row_dropout.Dropout: Dropout, nn.ReLU: ReLU}
+#: the tuned function for each of the names a module lists in ``kernel_functions`` (its plain ones are class
+#: attributes: ``F.linear``, ``F.scaled_dot_product_attention``, ``T5.decoding_scope``)
+TUNED_FUNCTIONS: dict[str, Callable] = {"linear": linear, "sdpa": sdpa, "decoding_scope": packed_weights}
+KINDS = ("auto", "plain")
+
+
+def apply(model: nn.Module, kind: str) -> nn.Module:
+    """``model`` with its modules and functions in the ``kind`` form: "auto" the tuned ones of this module,
+    "plain" PyTorch's own. In place (parameters are shared, nothing is copied); returns ``model``."""
+    if kind not in KINDS:
+        raise T2TError(f"unknown kernels {kind!r}; use one of {', '.join(KINDS)}.")
+    tuned = kind == "auto"
+    swap = TUNED_MODULES if tuned else {tuned_type: plain for plain, tuned_type in TUNED_MODULES.items()}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) in swap:
+                setattr(parent, name, _converted(child, swap[type(child)]))
+        for name in getattr(parent, "kernel_functions", ()):
+            if tuned:
+                setattr(parent, name, TUNED_FUNCTIONS[name])
+            else:
+                vars(parent).pop(name, None)  # the class attribute, the plain function, shows through
+    return model
+
+
+def _converted(module: nn.Module, to: type[nn.Module]) -> nn.Module:
+    """``module`` as a ``to`` (a subclass of its type, or the type it subclasses), sharing its parameters."""
+    converted = to.__new__(to)
+    vars(converted).update(vars(module))  # the same parameters, hooks and training flag
+    return converted

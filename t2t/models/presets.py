@@ -44,6 +44,9 @@ class ModelConfig:
     # position bias looked up inside the kernel, masks as block masks; no attention-probability dropout, and
     # on the CPU forward only: it serves training on CUDA; t2t's evaluation takes SDPA, T5.dense_attention)
     attention: Literal["sdpa", "flex"] = "sdpa"
+    # the CPU kernels (t2t.models.kernels): "auto" tuned ones where they were measured to pay, "plain" PyTorch's
+    # own nn.Linear, ReLU and SDPA everywhere (the same results to rounding; dropout masks differ between the two)
+    kernels: Literal["auto", "plain"] = "auto"
 
     def __post_init__(self):
         config_lib.check(self, positive=("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",

@@ -45,8 +45,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.errors import T2TError
 from t2t.models.presets import ModelConfig, resolve_model_config
-from t2t.models.kernels import Dropout, FlexBias, Linear, attention, flex_bias, linear, packed_weights, relu
-from t2t.models import decoding
+from t2t.models import decoding, kernels
+from t2t.models.dropout import Dropout
+from t2t.models.flex import FlexBias, flex_attention_of, flex_bias, require_flex_attention
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -124,25 +125,29 @@ class Attention(nn.Module):
     ``bias`` is an additive float mask [B|1, H|1, T, S] holding the relative position bias and a large
     negative value where attention is not allowed; it is built once per stack (see ``Stack``) and shared by
     all layers. Scores are not scaled by 1/sqrt(d_kv): T5 folds that into the initialisation of ``q``.
-    Cross-attention gets its keys/values from the block (or from the decoding cache). ``kernels.attention``
-    is ``F.scaled_dot_product_attention`` except in CPU training with dropout, where it is the same unfused
-    math that SDPA falls back to there, with ``kernels.dropout``'s cheaper mask. On CUDA the projections
+    Cross-attention gets its keys/values from the block (or from the decoding cache). Where the dropout
+    draws its masks by row (CPU training, ``t2t.models.dropout``), the attention probabilities are dropped by
+    that module in the unfused math SDPA falls back to there anyway. On CUDA the projections
     multiply by q|k|v (cross-attention: k|v) concatenated at every call (``fused_projections``; ``fused``
     True or False forces one form, as benchmarks/bench_peers.py does to compare both); decoding does so on
     every device, with the concatenation made once per decoding call.
     """
 
     fused: bool | None = None  # None: the form ``fused_projections`` picks for the device
+    # products by a raw weight (q|k|v concatenated) and attention; t2t.models.kernels.apply may set tuned ones
+    kernel_functions = ("linear", "sdpa")
+    linear = staticmethod(F.linear)
+    sdpa = staticmethod(F.scaled_dot_product_attention)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.d_kv = cfg.num_heads, cfg.d_kv
         inner = cfg.num_heads * cfg.d_kv
         self.layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon)
-        self.q = Linear(cfg.d_model, inner)
-        self.k = Linear(cfg.d_model, inner)
-        self.v = Linear(cfg.d_model, inner)
-        self.o = Linear(inner, cfg.d_model)
+        self.q = nn.Linear(cfg.d_model, inner, bias=False)
+        self.k = nn.Linear(cfg.d_model, inner, bias=False)
+        self.v = nn.Linear(cfg.d_model, inner, bias=False)
+        self.o = nn.Linear(inner, cfg.d_model, bias=False)
         self.dropout = Dropout(cfg.dropout_rate)  # also the attention-probability dropout rate
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -156,7 +161,7 @@ class Attention(nn.Module):
         """q, k, v of ``h`` with ``weight = qkv_weight()`` (made once per decoding call), [B, H, T, d_kv] each;
         with any of the three weights stacked, those projections."""
         (B, T, _), stacked = h.shape, weight.shape[0] // (self.n_heads * self.d_kv)  # T may be 0: no -1 below
-        return linear(h, weight).view(B, T, stacked, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)
+        return self.linear(h, weight).view(B, T, stacked, self.n_heads, self.d_kv).permute(2, 0, 3, 1, 4).unbind(0)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                bias: torch.Tensor | FlexBias | None) -> torch.Tensor:
@@ -166,7 +171,14 @@ class Attention(nn.Module):
                            f"model.dropout_rate=0.")
         if isinstance(bias, torch.Tensor) and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
-        y = attention(q, k, v, bias, self.dropout.p if self.training else 0.0)  # [B, H, T, d_kv]
+        dropout_p = self.dropout.p if self.training else 0.0
+        if isinstance(bias, FlexBias):
+            y = flex_attention_of(q, k, v, bias)
+        elif dropout_p and self.dropout.draws_by_row(q):
+            scores = q @ k.transpose(-2, -1)  # [B, H, T, S]; unscaled: T5 folds 1/sqrt(d_kv) into q's init
+            y = self.dropout((scores if bias is None else scores + bias).softmax(-1)) @ v
+        else:
+            y = self.sdpa(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)  # [B, H, T, d_kv]
         B, H, T, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))  # [B, T, d_model]
 
@@ -199,9 +211,8 @@ class Attention(nn.Module):
 def fused_projections(h: torch.Tensor) -> bool:
     """Whether attention multiplies ``h`` by its q|k|v (cross-attention: k|v) weights concatenated at every
     call, one product where there were three (two), checkpoint names unchanged: on CUDA, where a small batch's
-    step is bound by kernel launches (t5-small, bf16, 8 × 128→16 on an H200: training 1.22× faster eager,
-    1.12× compiled); not on the CPU, where it measured 3–5% slower at 4 × 512→114 (Zen 3; MKL multiplies the
-    wider weight at a lower rate)."""
+    step is bound by kernel launches; not on the CPU, where the wider product is the slower
+    (benchmarks/README.md, "Model")."""
     return h.is_cuda
 
 
@@ -217,11 +228,12 @@ class FeedForward(nn.Module):
         self.gated = cfg.feed_forward_proj == "gated-gelu"
         self.layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon)
         if self.gated:
-            self.wi_0 = Linear(cfg.d_model, cfg.d_ff)
-            self.wi_1 = Linear(cfg.d_model, cfg.d_ff)
+            self.wi_0 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+            self.wi_1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         else:
-            self.wi = Linear(cfg.d_model, cfg.d_ff)
-        self.wo = Linear(cfg.d_ff, cfg.d_model)
+            self.wi = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.relu = nn.ReLU()
         self.dropout = Dropout(cfg.dropout_rate)
         self.adapter = Adapter(cfg.d_model, cfg.adapter_dim) if cfg.adapter_dim else None
 
@@ -230,7 +242,7 @@ class FeedForward(nn.Module):
         if self.gated:
             h = F.gelu(self.wi_0(h), approximate="tanh") * self.wi_1(h)  # gelu_new
         else:
-            h = relu(self.wi(h))
+            h = self.relu(self.wi(h))
         h = self.wo(self.dropout(h))
         if self.adapter is not None:
             h = self.adapter(h)
@@ -243,8 +255,9 @@ class Adapter(nn.Module):
 
     def __init__(self, d_model: int, dim: int):
         super().__init__()
-        self.wi = Linear(d_model, dim)
-        self.wo = Linear(dim, d_model)
+        self.wi = nn.Linear(d_model, dim, bias=False)
+        self.wo = nn.Linear(dim, d_model, bias=False)
+        self.relu = nn.ReLU()
         self.reset_parameters()
 
     @torch.no_grad()
@@ -253,7 +266,7 @@ class Adapter(nn.Module):
         nn.init.normal_(self.wo.weight, std=1e-3)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + self.wo(relu(self.wi(h)))
+        return h + self.wo(self.relu(self.wi(h)))
 
 
 def add_adapters(model: "T5", dim: int) -> None:
@@ -263,6 +276,7 @@ def add_adapters(model: "T5", dim: int) -> None:
         if isinstance(module, FeedForward):
             device = module.wo.weight.device
             module.adapter = Adapter(model.config.d_model, dim).to(device)
+    kernels.apply(model, model.config.kernels)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -315,8 +329,7 @@ class Stack(nn.Module):
         ``relative_attention_bias``. Why not index the [buckets, H] table by each pair's bucket: its gradient is
         summed by atomic adds on a GPU (compiled, and in FlexAttention), and every pair of a batch lands in one
         of a handful of buckets (every distance past ``max_distance`` shares one), so the adds serialise; by
-        distance, each diagonal has its entry (packed rows of t5.1.1-base at 128 × 512, compiled, H100: the
-        two stacks' bias gradients 134 → 81 ms of the step's GPU time, the step 0.430 → 0.374 s). D covers
+        distance, each diagonal has its entry. D covers
         every distance between in-range positions; the buckets stop changing past ``max_distance``, so
         clamping longer distances (positions beyond the length) to ±D is exact."""
         D = max(q_pos.shape[-1], k_pos.shape[-1], self.max_distance + 1) - 1
@@ -346,8 +359,7 @@ class Stack(nn.Module):
     def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every decoder layer's cross-attention (keys, values) of the encoder output, [B, H, S, d_kv] each
         (computed once per decoding call, in ``T5.begin_decoding``). Made contiguous once, since every decoding
-        step reads them: SDPA on the CPU reads the heads-transposed layout twice as slowly in bf16 (one query
-        over 32 × 128 keys: 5.3 against 2.6 ms)."""
+        step reads them: SDPA on the CPU reads the heads-transposed layout about twice as slowly in bf16."""
         return [tuple(t.contiguous() for t in b.cross_attn.keys_values(enc)) for b in self.blocks]
 
     def forward(self, x, self_bias, enc=None, cross_bias=None):
@@ -410,8 +422,7 @@ class DecoderCache:
 
     One buffer a layer rather than one for the whole stack: a compiled step that writes into views of a
     single [L, 2, B, H, max_len, d_kv] buffer is functionalized into copies of all of it, where separate
-    buffers are written in place (t5-small's 6 layers at 32 × 32 positions: 53 ms against 0.38 ms a step
-    for the writes alone, torch 2.13 CPU)."""
+    buffers are written in place (a hundred times faster for the writes alone)."""
 
     def __init__(self, self_k, self_v, self_bias_table, cross_k=(), cross_v=(), cross_bias=None, key_valid=None):
         self.self_k, self.self_v = self_k, self_v          # lists of [B, H, max_len, d_kv]
@@ -420,7 +431,7 @@ class DecoderCache:
         self.cross_bias = cross_bias                       # [B, 1, 1, S]
         self.key_valid = key_valid                         # [B, max_len] bool (left-padded prefixes) or None
         self.qkv_weights: list[torch.Tensor] = []          # per layer, q|k|v concatenated once per decode
-        self.packed_weights = WeakIdKeyDictionary()        # oneDNN copies of the weights (kernels.packed_weights)
+        self.weight_copies = WeakIdKeyDictionary()         # for T5.decoding_scope (kernels: packed copies)
         self.length = 0                                    # decoder tokens consumed so far
 
     def self_bias(self, t: int, T: int) -> torch.Tensor:
@@ -471,8 +482,8 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.
 
 class _CrossEntropyWithZLoss(torch.autograd.Function):
     """``log Z - logit[target] + z_loss · log(Z)²`` with the gradient written in one tensor, as cross-entropy's
-    own kernel does: ``softmax · (1 + 2 z_loss log Z) - onehot``. Composed of logsumexp and gather, autograd
-    took 1.7× cross-entropy's time (456 × 32,128 logits); this takes cross-entropy's."""
+    own kernel does: ``softmax · (1 + 2 z_loss log Z) - onehot``, in cross-entropy's time (composed of
+    logsumexp and gather, autograd's backward makes several vocabulary-sized tensors)."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, z_loss: float) -> torch.Tensor:
@@ -493,22 +504,33 @@ class _CrossEntropyWithZLoss(torch.autograd.Function):
 class T5(nn.Module):
     """The Transformer of every architecture in ``ModelConfig.architecture``. Encoder-decoders keep the
     encoder stack as ``encoder`` (``shared_encoder_decoder``: the ``decoder`` stack, run without its
-    cross-attention); decoder-only models have the ``decoder`` stack alone."""
+    cross-attention); decoder-only models have the ``decoder`` stack alone.
+
+    Built plain PyTorch, then given the kernels ``cfg.kernels`` names (``t2t.models.kernels.apply``), which
+    may set ``linear`` (the products by a raw weight: the tied output layer) and ``decoding_scope`` (around a
+    decoding call's steps, with the cache's ``weight_copies``) on the instance."""
+
+    kernel_functions = ("linear", "decoding_scope")
+    linear = staticmethod(F.linear)
+    decoding_scope = staticmethod(lambda weight_copies: contextlib.nullcontext())
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         if cfg.architecture != "encoder_decoder" and cfg.decoder_layers != cfg.num_layers:
             raise T2TError(f"num_decoder_layers applies only to the encoder_decoder architecture; "
                            f"{cfg.architecture} has one stack of num_layers layers, so leave num_decoder_layers out.")
+        if cfg.attention == "flex":
+            require_flex_attention()
         self.config = cfg
         self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.architecture == "encoder_decoder":
             self.encoder = Stack(cfg, cfg.num_layers, cross_attention=False)
         self.decoder = Stack(cfg, cfg.decoder_layers, cross_attention=cfg.has_encoder)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.d_model, cfg.vocab_size)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # Mesh TF's Unitransformer buckets bidirectionally unless it is fully autoregressive: a prefix LM does
         self.bidirectional_decoder = cfg.architecture == "prefix_lm"
         self.reset_parameters()
+        kernels.apply(self, cfg.kernels)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig | str | Path, device: torch.device | str | None = None) -> "T5":
@@ -608,8 +630,7 @@ class T5(nn.Module):
     def _embed(self, *tokens: torch.Tensor) -> list[torch.Tensor]:
         """The embeddings of each token tensor, [*shape, d_model], by one lookup: the table's gradient is then
         one dense [vocab, d_model] tensor rather than one per lookup, summed; on a CPU each such tensor is a
-        zero-fill and an add over 66 MB for t5-small (a training step at 8 × 128→16 on a Xeon: those passes
-        took 13 instead of 68 ms eager, 14 instead of 26 compiled, the least of three profiles)."""
+        zero-fill and an add over the whole table (66 MB for t5-small)."""
         flat = [t.flatten() for t in tokens]
         x = self.shared(torch.cat(flat))
         return [part.view(*t.shape, -1) for part, t in zip(x.split([f.numel() for f in flat]), tokens)]
@@ -618,7 +639,7 @@ class T5(nn.Module):
         """Decoder output → logits over the vocabulary."""
         if self.lm_head is not None:
             return self.lm_head(h)
-        return linear(h * self.config.d_model ** -0.5, self.shared.weight)  # tied: rescale first (T5 1.0)
+        return self.linear(h * self.config.d_model ** -0.5, self.shared.weight)  # tied: rescale first (T5 1.0)
 
     # -- training / scoring -------------------------------------------------------------------------------
 
@@ -632,8 +653,8 @@ class T5(nn.Module):
                         decoder_causal_attention=decoder_causal_attention)
         return self.project(self.hidden_states({k: v for k, v in features.items() if v is not None}))
 
-    def loss_sums(self, batch: dict[str, torch.Tensor], lm_weight: float = 0.0,
-                  z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss_sums(self, batch: dict[str, torch.Tensor], lm_weight: float = 0.0, z_loss: float = 0.0,
+                  every_position: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(sum(weights · CE), sum(weights))`` for a batch of model features (docs/internals.md).
 
         Same value as cross-entropy over ``forward``'s logits, but the output layer and the softmax run only
@@ -645,6 +666,8 @@ class T5(nn.Module):
         task weight (the second sum, unchanged) is mean task loss + λ·mean LM loss. ``z_loss`` adds T5's
         ``z_loss · log(Z)²`` to each position's loss (mesh-tf's and t5x's 1e-4), Z the softmax's normaliser:
         it keeps log Z near 0, so the logits stay log-probabilities and small enough for bf16.
+        ``every_position`` runs the output layer on every position, padding weighed 0, for a compiled caller:
+        the positions kept otherwise are as many as the batch has targets, a shape a graph cannot fix.
         """
         h = self.hidden_states(batch)
         weights = batch.get("decoder_loss_weights")
@@ -656,7 +679,7 @@ class T5(nn.Module):
         if lm_weight:
             inputs = (targets != self.config.pad_id) & (weights == 0)
             weights = weights + inputs * (lm_weight * task_weight / inputs.sum().clamp(min=1))
-        if torch.compiler.is_compiling():  # static shapes, one graph: every position, padding weighs 0
+        if every_position:
             losses = token_losses(self.project(h).flatten(0, 1), targets.flatten(), z_loss)
             return (losses * weights.flatten()).sum(), task_weight
         keep = weights != 0
@@ -676,12 +699,10 @@ class T5(nn.Module):
     def dense_attention(self):
         """The SDPA path inside the block, whatever ``config.attention`` says: t2t's evaluation and prediction
         run in it. FlexAttention compiles its kernel once per input shape (static shapes:
-        ``kernels.compiled_flex_attention``), and evaluation pads each batch to its own longest input, so a
+        ``flex.compiled_flex_attention``), and evaluation pads each batch to its own longest input, so a
         flex model evaluated on a dataset compiled again at nearly every batch and, past dynamo's limit of
         graphs, ran flex's unfused reference. SDPA computes the same attention (tests/models/
-        test_flex_attention.py) without compiling and was as fast for inference where measured: greedy
-        32 × 128→32 on an H100 0.279 s against flex's 0.254 s at one fixed shape, a t5-small encoder over
-        32 × 128 tokens on a 2-core CPU 1.4 s against 1.9 s."""
+        test_flex_attention.py) without compiling, about as fast for inference (benchmarks/README.md)."""
         kind, self.config.attention = self.config.attention, "sdpa"
         try:
             yield self
@@ -753,7 +774,7 @@ class T5(nn.Module):
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """Feed one decoder token per row (``tokens`` [B]) at position ``cache.length``; logits [B, V]."""
-        with packed_weights(cache.packed_weights):  # reordered for oneDNN once per decoding call, not per token
+        with self.decoding_scope(cache.weight_copies):
             return self.project(self.extend(tokens[:, None], cache)[:, 0])  # [B, V]
 
     def static_decode_step(self, tokens, position, self_k, self_v, qkv_weights, bias_table, key_valid, cross_k,

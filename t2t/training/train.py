@@ -27,6 +27,7 @@ from t2t import config
 from t2t.models import distributed
 from t2t.checkpoints import durable
 from t2t.models import kernels
+from t2t.models.dropout import row_generators
 from t2t.checkpoints import run as run_lib
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
@@ -533,7 +534,7 @@ def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         last = i == len(micro_batches) - 1
         with (distributed.maybe_no_sync(objective, last), kernels.autocast(cfg.precision, device),
-              kernels.row_generators(distributed.row_seeds(cfg.seed, step, rows)), kernels.many_graphs(cfg.compile)):
+              row_generators(distributed.row_seeds(cfg.seed, step, rows)), kernels.many_graphs(cfg.compile)):
             batch_loss = objective(batch)
         (batch_loss * scale).backward()
         loss_sums.append(batch_loss.detach())
@@ -572,7 +573,8 @@ class TrainingObjective(torch.nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = {k: v for k, v in batch.items() if k not in POSITION_FEATURES}
-        loss_sum, _ = self.model.loss_sums(batch, lm_weight=self.lm_loss_weight, z_loss=self.z_loss)
+        loss_sum, _ = self.model.loss_sums(batch, lm_weight=self.lm_loss_weight, z_loss=self.z_loss,
+                                           every_position=torch.compiler.is_compiling())  # static shapes
         return loss_sum
 
 

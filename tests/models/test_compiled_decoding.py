@@ -34,7 +34,7 @@ def test_compiled_steps_give_the_eager_logits_at_every_position(architecture):
         for kind, step in steps.items():
             cache, _ = model.begin_decoding(x, fed.shape[1] + 1)
             logits[kind] = torch.stack([step(fed[:, t], cache) for t in range(fed.shape[1])])  # [T, B, V]
-            packed[kind] = len(cache.packed_weights)
+            packed[kind] = len(cache.weight_copies)
     torch.testing.assert_close(logits["compiled"], logits["eager"], rtol=1e-5, atol=1e-5)
     if DEVICE == "cpu" and kernels.CAN_PACK:  # both multiply by weights packed once per call (kernels.packed_weights)
         assert packed["compiled"] == packed["eager"] > 0
@@ -54,7 +54,7 @@ def test_compiled_bf16_steps_multiply_by_bf16_copies_packed_once_and_give_the_ea
         for kind, step in {"eager": decoding_step(model), "compiled": decoding_step(model, compile=True)}.items():
             cache, _ = model.begin_decoding(x, fed.shape[1] + 1)
             logits[kind] = torch.stack([step(fed[:, t], cache) for t in range(fed.shape[1])]).float()
-            copies[kind] = {packed.dtype for _, packed in cache.packed_weights.values()}
+            copies[kind] = {packed.dtype for _, packed in cache.weight_copies.values()}
     assert copies == {"eager": set(), "compiled": {torch.bfloat16}}
     scale = logits["eager"].abs().max()
     torch.testing.assert_close(logits["compiled"], logits["eager"], rtol=0, atol=2.0 ** -5 * scale)

@@ -118,7 +118,7 @@ def test_evaluation_of_a_flex_model_takes_sdpa_and_gives_its_predictions(device,
     runs the SDPA path (T5.dense_attention), the same function, and the model is left as it was."""
     from t2t.evaluation.evaluate import DecodingConfig, evaluate_task
     from t2t.evaluation.metrics import accuracy
-    from t2t.models import kernels
+    from t2t.models import t5
     from t2t.testing import in_memory_task, tiny_vocabulary
     vocab = tiny_vocabulary()
     sdpa, flex = (m.to(device) for m in sdpa_and_flex("encoder_decoder", vocab_size=vocab.vocab_size, d_kv=16))
@@ -131,7 +131,7 @@ def test_evaluation_of_a_flex_model_takes_sdpa_and_gives_its_predictions(device,
     def flex_kernel(*args):
         raise AssertionError("FlexAttention ran in evaluation")
 
-    monkeypatch.setattr(kernels, "_flex_attention", flex_kernel)
+    monkeypatch.setattr(t5, "flex_attention_of", flex_kernel)
     for rank in (False, True):
         _, records, _ = evaluate_task(flex, task, vocab, "validation", decoding=DecodingConfig(batch_size=2),
                                       device=torch.device(device), rank_classification=rank)

@@ -23,6 +23,7 @@ from t2t.checkpoints import native as checkpoint  # noqa: E402
 from t2t.checkpoints.files import read_safetensors  # noqa: E402
 from t2t.checkpoints.loading import load_model  # noqa: E402
 from t2t.errors import T2TError  # noqa: E402
+from t2t.models import kernels  # noqa: E402
 from t2t.models.t5 import T5, ModelConfig  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -91,10 +92,11 @@ def style(request) -> str:
 # from_hf
 
 
-def test_from_hf_safetensors_same_logits_on_long_padded_sequences(tmp_path, style):
+@pytest.mark.parametrize("kind", kernels.KINDS)
+def test_from_hf_safetensors_same_logits_on_long_padded_sequences(tmp_path, style, kind):
     hf = random_hf_model(style)
     hf.save_pretrained(tmp_path / "hf")
-    model = t2t.from_hf(tmp_path / "hf")
+    model = kernels.apply(t2t.from_hf(tmp_path / "hf"), kind)
     assert isinstance(model, t2t.T5)
     assert model.config == ModelConfig(**TINY, **STYLES[style])
     enc, dec = batch()
@@ -133,12 +135,13 @@ def test_from_hf_sharded_safetensors(tmp_path):
     assert_same_logits(t2t_logits(model.eval(), enc, dec), hf_logits(hf, enc, dec), dec)
 
 
-def test_from_hf_same_greedy_decodes_as_generate(tmp_path, style):
+@pytest.mark.parametrize("kind", kernels.KINDS)
+def test_from_hf_same_greedy_decodes_as_generate(tmp_path, style, kind):
     # EOS often wins, so early stops and padding happen; 2+2 layers because transformers' generate cannot
     # build its cache for fewer encoder than decoder layers (num_hidden_layers is the encoder's count)
     hf = random_hf_model(style, seed=11, eos_boost=6.0, num_decoder_layers=2)
     hf.save_pretrained(tmp_path / "hf")
-    model = t2t.from_hf(tmp_path / "hf").eval()
+    model = kernels.apply(t2t.from_hf(tmp_path / "hf").eval(), kind)
     g = torch.Generator().manual_seed(12)
     enc = torch.randint(2, VOCAB, (6, 140), generator=g)
     for row, length in enumerate((140, 100, 60, 20, 5, 1)):

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.models import kernels
+from t2t.models.dropout import row_generators
 
 
 def _takes_onednn(y: torch.Tensor) -> bool:
@@ -76,7 +77,7 @@ def _compiled_ops(fn, *args) -> set[str]:
 
 @pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch build has no oneDNN")
 def test_compiled_code_keeps_the_onednn_product_and_its_gradients(onednn_unpacked):
-    called = _compiled_ops(kernels.Linear(16, 24), torch.randn(2, 3, 16))
+    called = _compiled_ops(kernels.Linear(16, 24, bias=False), torch.randn(2, 3, 16))
     assert any("t2t.onednn_linear" in target for target in called), called
 
     g = torch.Generator().manual_seed(0)
@@ -145,7 +146,7 @@ def test_packed_weights_take_mkl_on_intel_cpus_with_avx512_only(capability, cpu,
 
 
 def test_linear_module_keeps_nn_linear_parameters():
-    layer = kernels.Linear(8, 6)
+    layer = kernels.Linear(8, 6, bias=False)
     assert layer.bias is None and list(layer.state_dict()) == ["weight"]
     x = torch.randn(2, 8)
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight))
@@ -215,28 +216,14 @@ def test_dropout_is_identity_in_eval_and_at_zero_and_zeroes_at_one():
     assert scale == 1.0 and bool(keep.all())
 
 
-def test_attention_with_dropout_is_softmax_of_scores_plus_bias_times_the_mask_times_values():
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
-    bias = torch.randn(1, 3, 5, 5, generator=g)
-    torch.manual_seed(7)
-    y = kernels.attention(q, k, v, bias, 0.2)
-    torch.manual_seed(7)
-    keep, scale = kernels.keep_mask((2, 3, 5, 5), 0.2)
-    probs = (q @ k.transpose(-2, -1) + bias).softmax(-1)
-    torch.testing.assert_close(y, (probs * keep * scale) @ v)
-    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
-    torch.testing.assert_close(kernels.attention(q, k, v, bias, 0.0), sdpa)
-
-
 def test_row_generators_make_each_rows_masks_a_function_of_its_seed_alone():
     x = torch.randn(3, 4, 33)  # 132 draws per row: 33 words of four draws
-    with kernels.row_generators([11, 12, 13]):
+    with row_generators([11, 12, 13]):
         whole = kernels.dropout(x, 0.5, training=True)
         attention_mask = kernels.keep_mask((3, 2, 5, 5), 0.5)[0]
-    with kernels.row_generators([12]):
+    with row_generators([12]):
         middle = kernels.dropout(x[1:2], 0.5, training=True)
-    with kernels.row_generators([13, 11]):
+    with row_generators([13, 11]):
         swapped = kernels.dropout(x[[2, 0]], 0.5, training=True)
     torch.testing.assert_close(middle, whole[1:2], rtol=0, atol=0)
     torch.testing.assert_close(swapped, whole[[2, 0]], rtol=0, atol=0)
@@ -244,13 +231,13 @@ def test_row_generators_make_each_rows_masks_a_function_of_its_seed_alone():
     assert not torch.equal(attention_mask[0], attention_mask[1])
     # the rows' generators, not torch's: reseeding torch changes nothing inside, everything outside
     torch.manual_seed(0)
-    with kernels.row_generators([11, 12, 13]):
+    with row_generators([11, 12, 13]):
         assert torch.equal(kernels.dropout(x, 0.5, training=True), whole)
     torch.manual_seed(0)
     outside = kernels.dropout(x, 0.5, training=True)
     torch.manual_seed(0)
     assert torch.equal(kernels.dropout(x, 0.5, training=True), outside) and not torch.equal(outside, whole)
-    with kernels.row_generators([1, 2]), pytest.raises(RuntimeError, match="3 rows"):
+    with row_generators([1, 2]), pytest.raises(RuntimeError, match="3 rows"):
         kernels.dropout(x, 0.5, training=True)
 
 
@@ -320,7 +307,7 @@ def test_one_query_attention_is_sdpa_up_to_rounding(dtype, one_query_calls, monk
     for b in (bias, None):
         mask = None if b is None else b.double()
         exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, scale=1.0)
-        got = kernels.attention(q, k, v, b, 0.0)
+        got = kernels.sdpa(q, k, v, attn_mask=b, scale=1.0)
         assert got.dtype == dtype and got.shape == (3, 4, 1, 16)
         error, bound = (got.double() - exact).abs(), _one_query_rounding_bound(q, k, v, b, dtype)
         assert (error <= bound).all(), f"worst error/bound {(error / bound).max():.3f}"
@@ -332,7 +319,7 @@ def test_with_amx_bf16_attention_of_one_query_takes_sdpa(dtype, by_sdpa, one_que
     monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", True)  # as on a CPU with AMX
     q, k, v = (torch.randn(2, 4, n, 16).to(dtype) for n in (1, 9, 9))
     bias = torch.zeros(2, 1, 1, 9, dtype=dtype)
-    torch.testing.assert_close(kernels.attention(q, k, v, bias, 0.0),
+    torch.testing.assert_close(kernels.sdpa(q, k, v, attn_mask=bias, scale=1.0),
                                F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0))
     assert len(one_query_calls) == (0 if by_sdpa else 1)
 
@@ -343,7 +330,7 @@ def test_compiled_bf16_attention_of_one_query_takes_the_eager_path(monkeypatch):
     monkeypatch.setattr(kernels, "ONE_QUERY_BF16_BY_SDPA", True)  # as on a CPU with AMX
     q, k, v = (torch.randn(2, 4, n, 16, generator=torch.Generator().manual_seed(n)).bfloat16() for n in (1, 9, 9))
     bias = torch.zeros(2, 1, 1, 9, dtype=torch.bfloat16)
-    attend = lambda q, k, v, bias: kernels.attention(q, k, v, bias, 0.0)  # noqa: E731
+    attend = lambda q, k, v, bias: kernels.sdpa(q, k, v, attn_mask=bias, scale=1.0)  # noqa: E731
     ops = _compiled_ops(attend, q, k, v, bias)
     assert [op for op in ops if "scaled_dot_product" in op] and "<built-in function matmul>" not in ops, ops
 
@@ -465,7 +452,7 @@ def test_decoding_steps_pack_the_weights_and_give_the_unpacked_tokens(monkeypatc
     tokens = model.generate(x, max_new_tokens=6, min_new_tokens=6)
     assert packed["encoder"] == [0]  # run once per call: packing it would not pay
     assert min(packed["decoder"][1:]) > 0  # every step after the first (begin_decoding runs the first)
-    monkeypatch.setenv("T2T_UNPACKED_WEIGHTS", "1")  # the opt-out
+    kernels.apply(model, "plain")  # the opt-out
     packed["decoder"].clear()
     torch.testing.assert_close(model.generate(x, max_new_tokens=6, min_new_tokens=6), tokens, rtol=0, atol=0)
     assert max(packed["decoder"]) == 0

@@ -42,7 +42,7 @@ def _hf_to_ours(state: dict, tied: bool) -> dict:
     return out
 
 
-def hf_pair(feed_forward_proj="relu", tied=True, seed=0, eos_boost=1.0, **overrides):
+def hf_pair(feed_forward_proj="relu", tied=True, seed=0, eos_boost=1.0, kernels="auto", **overrides):
     """(hf_model, our_model) in eval mode with identical weights, copied by this test's own key map (so a
     fault in t2t's conversion code, tested in tests/checkpoints/test_hf.py, cannot hide one in the model)."""
     kw = {**TINY, **overrides}
@@ -56,7 +56,7 @@ def hf_pair(feed_forward_proj="relu", tied=True, seed=0, eos_boost=1.0, **overri
             hf.lm_head.weight[1] *= eos_boost
     if not tied:  # transformers 5 ties lm_head to shared whatever the config says (it only drops the rescale)
         hf.lm_head.weight = torch.nn.Parameter(hf.lm_head.weight.detach().clone())
-    ours = T5(ModelConfig(**kw, feed_forward_proj=feed_forward_proj, tie_word_embeddings=tied))
+    ours = T5(ModelConfig(**kw, feed_forward_proj=feed_forward_proj, tie_word_embeddings=tied, kernels=kernels))
     ours.load_state_dict(_hf_to_ours(hf.state_dict(), tied), strict=True)
     return hf, ours.eval()
 
@@ -157,9 +157,10 @@ def test_position_bias_is_each_pairs_bucket_of_the_table(bidirectional):
 # ---- parity with transformers -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kernels", ["auto", "plain"])
 @pytest.mark.parametrize("ff,tied", [("relu", True), ("gated-gelu", False)])
-def test_logits_match_transformers(ff, tied):
-    hf, ours = hf_pair(ff, tied)
+def test_logits_match_transformers(ff, tied, kernels):
+    hf, ours = hf_pair(ff, tied, kernels=kernels)
     g = torch.Generator().manual_seed(1)
     enc = torch.randint(2, 128, (3, 300), generator=g)  # > 128: the log-spaced, far buckets are used
     enc[1, 200:] = 0
@@ -222,12 +223,13 @@ def test_loss_sums_equals_cross_entropy_of_forward():
     assert model.shared.weight.grad is not None and model.encoder.relative_attention_bias.weight.grad is not None
 
 
+@pytest.mark.parametrize("kernels", ["auto", "plain"])
 @pytest.mark.parametrize("ff,tied", [("relu", True), ("gated-gelu", False)])
-def test_gradients_match_transformers_with_one_embedding_lookup(ff, tied):
+def test_gradients_match_transformers_with_one_embedding_lookup(ff, tied, kernels):
     """Every parameter's gradient of the training loss is transformers' on the same weights, and the encoder's
     and decoder's tokens are looked up in one call (``T5._embed``: one dense table gradient, not one per stack
     summed)."""
-    hf, ours = hf_pair(ff, tied)
+    hf, ours = hf_pair(ff, tied, kernels=kernels)
     batch = padded_batch(4, input_length=13, target_length=6, padded_row=1, padded_from=3)
     lookups = []
     ours.shared.register_forward_hook(lambda module, args, out: lookups.append(args[0].shape))

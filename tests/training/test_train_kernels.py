@@ -1,0 +1,36 @@
+"""Training with plain PyTorch kernels (``model.kernels: plain``) keeps the loop's guarantees: exact resume, and
+a step's losses independent of how its batch is split (each row's dropout masks from its own seed)."""
+
+import pytest
+
+from t2t.models import dropout, kernels
+from t2t.training.train import train
+from test_train import PACKED, copy_task, losses, settings  # noqa: F401 (copy_task: a fixture)
+
+pytestmark = pytest.mark.integration
+
+def plain_settings(copy_task, out, **changes):  # noqa: F811
+    return settings(copy_task, out, model={"preset": copy_task["model"], "kernels": "plain"}, **changes)
+
+
+def test_a_plain_run_resumes_exactly_with_torchs_modules(copy_task, tmp_path, monkeypatch):  # noqa: F811
+    built = []
+    monkeypatch.setattr(kernels, "apply", lambda model, kind, apply=kernels.apply: built.append(kind) or
+                        apply(model, kind))
+    straight = train(plain_settings(copy_task, tmp_path / "straight"))
+    stopped = train(plain_settings(copy_task, tmp_path / "resumed", train_steps=3))
+    resumed = train(plain_settings(copy_task, tmp_path / "resumed"))
+    assert set(built) == {"plain"}
+    assert losses(stopped) == losses(straight)[:3]
+    assert losses(resumed) == losses(straight)
+
+
+def test_a_plain_runs_micro_batches_draw_the_whole_batchs_masks(copy_task, tmp_path, monkeypatch):  # noqa: F811
+    drawn = []
+    monkeypatch.setattr(dropout, "active_row_generators",
+                        lambda kind, make, active=dropout.active_row_generators: drawn.append(kind) or
+                        active(kind, make))
+    whole = train(plain_settings(copy_task, tmp_path / "whole", **PACKED))
+    accumulated = train(plain_settings(copy_task, tmp_path / "accum", grad_accum_steps=2, **PACKED))
+    assert set(drawn) == {"torch"}  # the plain Dropout's generators, not the tuned one's
+    assert losses(accumulated) == pytest.approx(losses(whole), rel=1e-5)
