@@ -28,13 +28,16 @@ ours as ``compile: true`` runs it (training: the forward pass and loss as one st
 static-shape step, ``generate(compile=True)``), transformers as its users compile it (``torch.compile`` of
 the model; generation with a static cache and its automatic compilation); compile time is excluded (two
 warm-up runs). The process keeps freed memory for reuse, as t2t's commands do (``t2t.allocator``; both
-models share the process, so both get it); ``T2T_SYSTEM_MALLOC=1`` measures with glibc's defaults instead.
+models share the process, so both get it); ``--system-malloc`` measures with glibc's defaults instead.
+Ours runs twice in every alternation: with the tuned CPU kernels (``model.kernels: auto``, "ours") and with
+plain PyTorch (``kernels: plain``, "ours_plain", a copy of the same weights; eager only).
 Results go to benchmarks/results/model.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import resource
@@ -103,7 +106,7 @@ def train_step_fn(model, kind: str, batch: dict, optimizer, compile: bool = Fals
         loss_sums = torch.compile(model.loss_sums, fullgraph=True, dynamic=False) if compile else model.loss_sums
 
         def step():
-            loss_sum, weight_sum = loss_sums(batch)
+            loss_sum, weight_sum = loss_sums(batch, every_position=compile)
             (loss_sum / weight_sum).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -169,9 +172,13 @@ def speedups(r: dict, suffix: str = "") -> dict:
     """transformers' time over ours (``suffix`` "_compiled": compiled against compiled): of the medians, of
     the minima (the least disturbed runs), of CPU time."""
     hf, ours = r["hf" + suffix], r["ours" + suffix]
+    plain = {} if suffix or "ours_plain" not in r else {  # plain kernels against transformers and the tuned ones
+        "speedup_plain_wall": hf["wall_s"] / r["ours_plain"]["wall_s"],
+        "speedup_plain_min": hf["wall_min_s"] / r["ours_plain"]["wall_min_s"],
+        "tuned_over_plain_wall": r["ours_plain"]["wall_s"] / ours["wall_s"]}
     return {f"speedup{suffix}_wall": hf["wall_s"] / ours["wall_s"],
             f"speedup{suffix}_min": hf["wall_min_s"] / ours["wall_min_s"],
-            f"speedup{suffix}_cpu": hf["cpu_s"] / ours["cpu_s"]}
+            f"speedup{suffix}_cpu": hf["cpu_s"] / ours["cpu_s"], **plain}
 
 
 def compiled_gains(r: dict) -> dict:
@@ -351,9 +358,9 @@ def memory_child(kind: str, workload: str, shape: list[int], optimizer: str) -> 
             "model_and_work_mb": peak - imported}
 
 
-def measure_memory(kind, workload, shape, optimizer, threads, plain_weights) -> dict:
+def measure_memory(kind, workload, shape, optimizer, threads, plain_weights, system_malloc) -> dict:
     cmd = [sys.executable, __file__, "--memory-child", kind, workload, ",".join(map(str, shape)),
-           "--optimizer", optimizer, "--plain-weights", plain_weights]
+           "--optimizer", optimizer, "--plain-weights", plain_weights] + ["--system-malloc"] * system_malloc
     if threads:
         cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -379,6 +386,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--plain-weights", choices=["auto", "onednn", "mkl"], default="auto",
                     help="our kernel for products by plain weights (training, the encoder); auto: this CPU's "
                          "choice, kernels.ONEDNN_UNPACKED")
+    ap.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as configured (t2t.allocator)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "model.json")
     ap.add_argument("--memory-child", nargs=3, metavar=("KIND", "WORKLOAD", "SHAPE"), help=argparse.SUPPRESS)
     return ap.parse_args()
@@ -415,9 +423,12 @@ def same_weights() -> tuple:
 
 
 def variants(make, args) -> dict:
-    """``make(kind, model, compile)`` for each model, eager (and compiled with --compile), in the run's precision."""
+    """``make(kind, model, compile)`` for each model, eager (and compiled with --compile), in the run's precision;
+    ours also with plain kernels ("ours_plain")."""
     ours, hf = same_weights()
-    fns = {kind: make(kind, model, False) for kind, model in (("ours", ours), ("hf", hf))}
+    plain = kernels.apply(copy.deepcopy(ours), "plain")
+    fns = {name: make(kind, model, False) for name, kind, model in
+           (("ours", "ours", ours), ("ours_plain", "ours", plain), ("hf", "hf", hf))}
     if args.compile:
         fns |= {kind + "_compiled": make(kind, model, True) for kind, model in (("ours", ours), ("hf", hf))}
     return {name: in_precision(fn, args.precision) for name, fn in fns.items()}
@@ -465,7 +476,7 @@ def bench_greedy(args, results: dict) -> tuple:
     models = {}
 
     def make(kind, model, compile):
-        models[kind] = model.eval()
+        models.setdefault(kind, model.eval())  # "ours": the tuned model, made first
         return decode_fn(model, kind, enc, N, compile)
 
     fns = variants(make, args)
@@ -501,6 +512,9 @@ def print_summary(rows: list[tuple], results: dict, compiled: bool) -> None:
     for name, r, e in rows:
         print(f"{name:<24}{r['ours']['wall_s']:>9.3f}{r['hf']['wall_s']:>9.3f}{e['speedup_wall']:>8.2f}x"
               f"{e['speedup_min']:>7.2f}x{r['ours']['cpu_s']:>10.3f}{r['hf']['cpu_s']:>9.3f}{e['speedup_cpu']:>6.2f}x")
+        print(f"{'  plain kernels':<24}{r['ours_plain']['wall_s']:>9.3f}{r['hf']['wall_s']:>9.3f}"
+              f"{e['speedup_plain_wall']:>8.2f}x{e['speedup_plain_min']:>7.2f}x   (tuned / plain: "
+              f"{e['tuned_over_plain_wall']:.2f}x)")
     names = rows[-1][1]
     for e in results["train"]:
         print(f"training {e['shape']}, share of the best matmul rate measured: "
@@ -530,7 +544,8 @@ def bench_memory(args, results: dict, save) -> None:
           f"{'ours model+work MB':>20}{'hf model+work MB':>18}")
     workloads = [("train", list(s)) for s in TRAIN_SHAPES] + [("decode", list(DECODE_SHAPE))]
     for workload, shape in workloads:
-        m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads, args.plain_weights)
+        m = {kind: measure_memory(kind, workload, shape, args.optimizer, args.threads, args.plain_weights,
+                                args.system_malloc)
              for kind in ("ours", "hf")}
         results["memory"].append({"workload": workload, "shape": shape, **m})
         save()
@@ -541,7 +556,7 @@ def bench_memory(args, results: dict, save) -> None:
 
 def main() -> None:
     args = parse_args()
-    malloc = "kept" if keep_freed_memory() else "system"  # memory children inherit T2T_SYSTEM_MALLOC
+    malloc = "system" if args.system_malloc or not keep_freed_memory() else "kept"
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.plain_weights != "auto":
