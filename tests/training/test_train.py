@@ -126,8 +126,8 @@ def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path,
 def test_a_compiled_run_logs_its_compile_time_once_and_leaves_it_out_of_tokens_per_second(copy_task, tmp_path,
                                                                                          monkeypatch, caplog):
     """compile: true compiles on the step's first call; here a stand-in for torch.compile makes that call take
-    a second longer (the real one: test_compiled_training.py). The first window's tokens/s is that of its
-    other step, not a second's worth of tokens."""
+    a second longer (the real one: test_compiled_training.py). The first window's time is that of its steps,
+    not a second more (a ratio of rates failed on a loaded machine, where the tiny steps' times vary)."""
     def slow_first_call(objective, **options):
         forward, calls = objective.forward, []
 
@@ -145,7 +145,9 @@ def test_a_compiled_run_logs_its_compile_time_once_and_leaves_it_out_of_tokens_p
                                  compile=True))
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled the training step")]
     assert len(logged) == 1 and records[0]["compile_seconds"] >= 1.0 and "compile_seconds" not in records[1]
-    assert records[0]["tokens_per_second"] > 0.3 * records[1]["tokens_per_second"]  # 1 s in: below 0.05
+    # each window is log_every = 2 steps; with the compile second counted, the first would be a second longer
+    window_seconds = [2 / record["steps_per_second"] for record in records[:2]]
+    assert window_seconds[0] < window_seconds[1] + 0.5 * records[0]["compile_seconds"]
 
 
 def test_evaluation_runs_on_its_own_schedule(copy_task, tmp_path):
