@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
                                                        "step_* checkpoint")
     p.add_argument("--to", required=True, choices=["hf"], help="format to write: hf (Hugging Face transformers)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="folder to write: new, or one an earlier export wrote")
-    p.add_argument("--vocab", help="SentencePiece .model to ship instead of the run's vocabulary")
+    p.add_argument("--vocab", help="SentencePiece .model (or vocab.json) to ship instead of the run's vocabulary")
     return p
 
 
