@@ -439,7 +439,9 @@ def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
         config = {"tokenizer_class": "T5Tokenizer", "legacy": False, **special}
     else:
         write_text(out / TOKENIZER_JSON, fast_tokenizer(vocabulary, spec).to_str())
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", **special}
+        # T5's inputs: transformers 4's generic fast tokenizer would add token_type_ids, which T5 refuses
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_input_names": ["input_ids", "attention_mask"],
+                  **special}
     write_text(out / "tokenizer_config.json", json.dumps(config, indent=2))
 
 
