@@ -65,7 +65,7 @@ LOCATIONS = ("vocab", "modules", "data_dir")
 HARMLESS_CHANGES = frozenset({
     "train_steps", "log_every", "save_every", "keep_checkpoints", "eval_every", "eval_max_examples",
     "eval_mixture", "eval_batch_size", "verify_checkpoints", "device", "threads", "parallelism", "output_dir",
-    "batches_ahead"})
+    "batches_ahead", "loggers"})
 
 
 # Settings that a schedule is a function of: changing them on resume changes the rates already on their way.

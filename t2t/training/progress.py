@@ -1,4 +1,5 @@
-"""What a person watches during training: a progress bar, ``metrics.jsonl`` and a PNG of the curves."""
+"""What a person watches during training: a progress bar, ``metrics.jsonl`` and a PNG of the curves (the
+loggers in loggers.py are made of these)."""
 
 from __future__ import annotations
 
@@ -29,26 +30,23 @@ class MetricsLog:
     appending to it would change the file it points to).
     """
 
-    def __init__(self, path: Path, enabled: bool = True, truncate_after: int = 0):
+    def __init__(self, path: Path, truncate_after: int = 0):
         self.path = Path(path)
-        self.enabled = enabled
-        if enabled:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            refuse_link(self.path)
-            keep = 0  # bytes of the lines kept: those up to the resumed step
-            for line, record in _read_lines(self.path):
-                if record is None or record["step"] > truncate_after:
-                    break
-                keep += len(line)
-            if self.path.exists() and keep < self.path.stat().st_size:
-                os.truncate(self.path, keep)  # one call: the lines kept are never rewritten
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        refuse_link(self.path)
+        keep = 0  # bytes of the lines kept: those up to the resumed step
+        for line, record in _read_lines(self.path):
+            if record is None or record["step"] > truncate_after:
+                break
+            keep += len(line)
+        if self.path.exists() and keep < self.path.stat().st_size:
+            os.truncate(self.path, keep)  # one call: the lines kept are never rewritten
 
     def write(self, record: dict) -> None:
-        if self.enabled:
-            try:
-                append_line(self.path, json.dumps(jsonable(record), allow_nan=False))
-            except OSError as e:
-                raise write_error(e, str(self.path)) from None
+        try:
+            append_line(self.path, json.dumps(jsonable(record), allow_nan=False))
+        except OSError as e:
+            raise write_error(e, str(self.path)) from None
 
     def records(self) -> list[dict]:
         return read_metrics(self.path)
@@ -113,14 +111,12 @@ class LogWindow:
 
 
 class ProgressBar:
-    """Steps with loss, throughput and ETA (tqdm) on a terminal, one plain line per logged step elsewhere;
-    silent on non-main processes."""
+    """Steps with loss, throughput and ETA (tqdm) on a terminal, one plain line per logged step elsewhere."""
 
-    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
-        self.enabled = enabled
+    def __init__(self, total: int, initial: int = 0):
         self.total, self.initial, self.start = total, initial, time.perf_counter()
-        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
-                        disable=not (enabled and on_terminal()), desc="train")
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=not on_terminal(),
+                        desc="train")
 
     def update(self, loss: float) -> None:
         self.bar.update(1)
@@ -130,8 +126,6 @@ class ProgressBar:
         postfix = {"loss": f"{record['loss']:.4f}", "lr": f"{record['learning_rate']:.2e}",
                    "tok/s": f"{record['tokens_per_second']:,.0f}", "data wait": f"{record['data_wait_share']:.1%}"}
         self.bar.set_postfix(postfix)
-        if not self.enabled:
-            return
         evals = ", ".join(f"{k[5:]} {v:.2f}" for k, v in record.items() if k.startswith("eval/"))
         if self.bar.disable:
             left = eta(record["step"] - self.initial, self.total - self.initial, time.perf_counter() - self.start)
@@ -144,9 +138,9 @@ class ProgressBar:
         self.bar.close()
 
 
-def plot_metrics(metrics_path: Path, png_path: Path) -> None:
-    """Loss (and every eval metric) against step, one panel each, written to ``png_path``."""
-    records = read_metrics(metrics_path)
+def plot_metrics(records: list[dict], png_path: Path) -> None:
+    """Loss (and every eval metric) of ``records`` against step, one panel each, written to ``png_path`` (nothing
+    without records)."""
     if records:
         save_figure(metrics_figure(records), png_path)
 

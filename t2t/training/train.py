@@ -34,7 +34,9 @@ from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
 from t2t.data.pipeline import TrainBatches, build_train_batches
 from t2t.data.prefetch import BatchesAhead
-from t2t.training.progress import LogWindow, MetricsLog, ProgressBar, plot_metrics, read_metrics
+from t2t.training.loggers import (DEFAULT_LOGGERS, METRICS_FILE, LoggedRun, MetricsLogger, check_logger_names,
+                                  open_loggers)
+from t2t.training.progress import LogWindow, read_metrics
 from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
 from t2t.terminal import raise_if_interrupted
 from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
@@ -44,7 +46,6 @@ from t2t.evaluation.evaluate import validation_metrics
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "t5-small"  # trained from scratch when neither model nor init_from is given
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass
@@ -70,6 +71,7 @@ class TrainConfig:
     transfer: TransferConfig = field(default_factory=TransferConfig)  # adapters, freezing, unfreezing (§3.5.1)
     seed: int = 0                     # data order, initialisation and dropout masks
     log_every: int = 10               # log the loss every N steps
+    loggers: list[str] = field(default_factory=lambda: list(DEFAULT_LOGGERS))  # where records go: jsonl, console, plot (metrics.png), kinds --modules register
     save_every: int = 1000            # save a checkpoint every N steps (and at the last)
     keep_checkpoints: int = 3         # newest checkpoints kept (older ones are deleted)
     verify_checkpoints: bool = True   # resume checks each file's sha256 (false: skip it, for very large models)
@@ -106,7 +108,7 @@ class TrainConfig:
 
 
 def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules: bool = False) -> list[dict]:
-    """Train (or resume) per ``cfg``; returns the logged records.
+    """Train (or resume) per ``cfg``; returns the records of the run's metrics.jsonl.
 
     Resuming takes the run's vocabulary, modules and data dir where ``cfg`` leaves them unset, and refuses
     settings that break exact continuation unless ``allow_changed_settings`` (see t2t.checkpoints.run.check_resume).
@@ -231,6 +233,7 @@ def set_up_process(cfg: TrainConfig) -> torch.device:
     device = distributed.pick_device(cfg.device)
     load_modules(cfg.modules)
     get_task_or_mixture(cfg.mixture)
+    check_logger_names(cfg.loggers)  # a kind may come from the modules
     return device
 
 
@@ -315,21 +318,23 @@ def resume_state(trainer: Trainer, latest: Path, allow_changed_settings: bool) -
 
 
 def train_loop(trainer: Trainer, evaluator) -> list[dict]:
-    """``run_steps`` with the progress bar closed and the batch producer stopped however it ends."""
-    metrics_log = MetricsLog(trainer.run_dir / METRICS_FILE, enabled=distributed.is_main(),
-                             truncate_after=trainer.step)
-    progress = ProgressBar(total=trainer.cfg.train_steps, initial=trainer.step, enabled=distributed.is_main())
-    try:
-        return run_steps(trainer, evaluator, metrics_log, progress)
-    finally:
-        progress.close()
+    """``run_steps`` with the loggers closed and the batch producer stopped however it ends; returns the records
+    of the run's metrics.jsonl. Only the main process logs."""
+    with contextlib.ExitStack() as closing:
         if isinstance(trainer.batches, BatchesAhead):
-            trainer.batches.close()
+            closing.callback(trainer.batches.close)
+        loggers = []
+        if distributed.is_main():
+            run = LoggedRun(trainer.run_dir, trainer.step, trainer.cfg.train_steps)
+            loggers = open_loggers(trainer.cfg.loggers, run, resolved_settings(trainer.settings, trainer.model),
+                                   closing)
+        run_steps(trainer, evaluator, loggers)
+    return read_metrics(trainer.run_dir / METRICS_FILE)
 
 
-def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: ProgressBar) -> list[dict]:
+def run_steps(trainer: Trainer, evaluator, loggers: list[MetricsLogger]) -> None:
     """Steps from ``trainer.step`` to ``train_steps``: log, evaluate and save on their schedules."""
-    cfg, run_dir = trainer.cfg, trainer.run_dir
+    cfg = trainer.cfg
     batch_iter = iter(trainer.batches)
     window = LogWindow()
     compiling = cfg.compile  # this process's first step compiles the step's graphs
@@ -355,7 +360,8 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
         trainer.step += 1
         step = trainer.step
         check_finite(trainer, loss)
-        progress.update(loss)
+        for logger in loggers:
+            logger.advance(step, loss)
         last = step == cfg.train_steps
         evaluate_now = evaluator is not None and (step % cfg.eval_every == 0 or last)
         save_now = step % cfg.save_every == 0 or last
@@ -364,14 +370,13 @@ def run_steps(trainer: Trainer, evaluator, metrics_log: MetricsLog, progress: Pr
                       **window.rates()}
             if evaluate_now:
                 record.update(evaluator(trainer.model))
-            metrics_log.write(record)
-            progress.show(record)
+            for logger in loggers:
+                logger.log(record)
             window.reset()
         if save_now:
             save_checkpoint(trainer)
-            if distributed.is_main():
-                plot_metrics(metrics_log.path, run_dir / "metrics.png")
-    return metrics_log.records()
+            for logger in loggers:
+                logger.flush()
 
 
 def check_finite(trainer: Trainer, loss: float) -> None:

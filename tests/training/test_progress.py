@@ -47,7 +47,7 @@ def test_plot_metrics_reads_the_nulls_it_wrote(tmp_path):
     log = MetricsLog(tmp_path / "metrics.jsonl")
     for record in RECORDS:
         log.write({k: math.nan if v is None else v for k, v in record.items()})
-    plot_metrics(log.path, tmp_path / "metrics.png")
+    plot_metrics(log.records(), tmp_path / "metrics.png")
     assert (tmp_path / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
