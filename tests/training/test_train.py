@@ -111,14 +111,15 @@ def test_an_empty_output_dir_is_refused(copy_task):
 
 def test_the_share_of_time_spent_waiting_for_data_is_logged(copy_task, tmp_path, monkeypatch, capsys):
     """Each logged window (one step here) says which share of its time the step waited for its batch: with
-    batches that take 0.5 s to make and a tiny model's step of milliseconds, most of it; the plain progress
-    line shows it."""
+    batches that take 0.5 s to make, a share that is at least those 0.5 s of the window's time (on an idle
+    machine most of it; a loaded one can stretch the tiny step past them); the plain progress line shows it."""
     from t2t.data.pipeline import TrainBatches
 
     make = TrainBatches.next_batch
     monkeypatch.setattr(TrainBatches, "next_batch", lambda self: time.sleep(0.5) or make(self))
     records = train(settings(copy_task, tmp_path / "run", train_steps=3, save_every=3, batches_ahead=0))
-    assert all(0.5 < r["data_wait_share"] <= 1 for r in records), [r["data_wait_share"] for r in records]
+    waited = [r["data_wait_share"] / r["steps_per_second"] for r in records]  # seconds, one step a window
+    assert all(w >= 0.5 - 1e-6 for w in waited) and all(r["data_wait_share"] <= 1 for r in records), waited
     shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step 3:")]
     assert shown and f"data wait {records[-1]['data_wait_share']:.1%}" in shown[0]
 
