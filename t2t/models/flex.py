@@ -1,6 +1,7 @@
 """FlexAttention for ``model.attention=flex``: T5's relative position bias added inside the kernel, masks as block
-masks (fully masked blocks skipped). torch has had ``torch.nn.attention.flex_attention`` since 2.5; on an older
-torch ``import t2t`` still works and asking for flex is one sentence (``require_flex_attention``).
+masks (fully masked blocks skipped). torch has had ``torch.nn.attention.flex_attention`` since 2.5, but T5's
+bias, looked up by each score's positions, fails to trace on torch 2.7 ("data-dependent operator"), so asking for
+flex on a torch older than the oldest one its tests passed on is one sentence (``require_flex_attention``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ import torch
 
 from t2t.errors import T2TError
 
-try:
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-except ImportError:  # torch < 2.5
-    create_block_mask = flex_attention = None
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+FLEX_TORCH_FLOOR = (2, 13)  # tests/models/test_flex_attention.py passed on 2.13 and 2.15, failed on 2.7.1
 
 
 def require_flex_attention() -> None:
-    if flex_attention is None:
-        raise T2TError(f"model.attention=flex needs FlexAttention, which torch {torch.__version__.split('+')[0]} "
-                       f"lacks (torch 2.5 or newer has it); use model.attention=sdpa, or upgrade torch.")
+    if torch.__version__ < FLEX_TORCH_FLOOR:
+        raise T2TError(f"model.attention=flex needs torch {'.'.join(map(str, FLEX_TORCH_FLOOR))} or newer, and this "
+                       f"is torch {torch.__version__.split('+')[0]}; use model.attention=sdpa, or upgrade torch.")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ import torch
 
 from t2t.data.features import get_converter
 from t2t.errors import T2TError
+from t2t.models.flex import FLEX_TORCH_FLOOR
 from t2t.models.t5 import T5, ModelConfig
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # flex_attention warns when not compiled
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),  # flex_attention warns when not compiled
+              pytest.mark.skipif(torch.__version__ < FLEX_TORCH_FLOOR, reason="t2t refuses flex on this torch")]
 
 ARCHITECTURES = ["encoder_decoder", "shared_encoder_decoder", "decoder_only", "prefix_lm"]
 TINY = dict(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,

@@ -99,9 +99,9 @@ def test_packing_that_fails_leaves_f_linear_with_one_log_line(monkeypatch, caplo
     assert caplog.text.count("cannot reorder") == 1
 
 
-def test_flex_attention_missing_from_torch_is_one_sentence(monkeypatch):
-    monkeypatch.setattr(flex, "flex_attention", None)
-    with pytest.raises(T2TError, match=r"model.attention=flex needs FlexAttention, which torch .* lacks"):
+def test_flex_attention_on_a_torch_older_than_its_proved_one_is_one_sentence(monkeypatch):
+    monkeypatch.setattr(flex, "FLEX_TORCH_FLOOR", (99, 0))
+    with pytest.raises(T2TError, match=r"model.attention=flex needs torch 99.0 or newer, and this is torch"):
         T5(ModelConfig(**TINY, attention="flex"))
     T5(ModelConfig(**TINY))  # sdpa needs nothing of it
 
