@@ -74,7 +74,7 @@ def build_hf(seed: int = 0):
 
 def build_ours(hf=None, seed: int = 0):
     from t2t.checkpoints.hf import hf_key
-    from t2t.models.t5 import ModelConfig, T5
+    from t2t.models.t5 import T5, ModelConfig
 
     torch.manual_seed(seed)
     model = T5(ModelConfig(**SMALL))
@@ -440,7 +440,7 @@ def bench_training(args, results: dict, save) -> list[tuple]:
     for B, S, T in TRAIN_SHAPES:
         batch = train_batch(B, S, T)
 
-        def step(kind, model, compile):
+        def step(kind, model, compile, batch=batch):
             model.train()
             return train_step_fn(model, kind, batch, make_optimizer(model, args.optimizer), compile)
 
@@ -452,7 +452,7 @@ def bench_training(args, results: dict, save) -> list[tuple]:
         flops = training_flops(B, S, T)
         entry = {"shape": f"B{B} {S}->{T}", **r, **speedups(r), "flops": flops,
                  **{f"{name}_share_of_matmul_peak": flops / r[name]["wall_s"] / 1e9 / gflops for name in r},
-                 **{f"{name}_paired_share_of_matmul_rate": paired(r[name], lambda t, rate: flops / t / 1e9 / rate)
+                 **{f"{name}_paired_share_of_matmul_rate": paired(r[name], lambda t, rate, flops=flops: flops / t / 1e9 / rate)
                     for name in r}}
         if args.compile:
             entry |= speedups(r, "_compiled") | compiled_gains(r)

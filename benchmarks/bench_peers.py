@@ -29,7 +29,7 @@ machine's drift from round to round moves less; every round's time is kept in th
 machine: for the encoder and training, the share of the matmul rate (FLOPs counted as ``bench_model`` counts
 them, over the best 2048³ rate measured at the start and after each workload), for greedy decoding the time over
 its floor (``bench_model.decoding_floor_s``). The process keeps freed memory for reuse, as t2t's commands do
-(``t2t.allocator``, for all three models; ``T2T_SYSTEM_MALLOC=1`` leaves glibc's defaults). For each eager
+(``t2t.allocator``, for all three models). For each eager
 training step, the ops it dispatches are counted too (``ops``): at these sizes a GPU step is bound by kernel
 launches. ``--other-projections`` adds to the encoder and training workloads t2t with the
 attention projections it does not use on the device (``t5.fused_projections``): "t2t fused" on the CPU, q|k|v
@@ -51,15 +51,22 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from bench_model import (decode_fn, decoding_floor_s, encoder_flops, in_precision, matmul_gflops,  # benchmarks/
-                         read_gbps, training_flops)
+from bench_model import (  # benchmarks/
+    decode_fn,
+    decoding_floor_s,
+    encoder_flops,
+    in_precision,
+    matmul_gflops,
+    read_gbps,
+    training_flops,
+)
 from timing import alternate, paired_speed  # benchmarks/
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.hf import hf_key
-from t2t.models.kernels import autocast
 from t2t.models import t5
+from t2t.models.kernels import autocast
 from t2t.models.t5 import T5, Attention, ModelConfig
 
 PRESETS = {
@@ -126,7 +133,8 @@ def encoder_fns(models: dict, B: int, S: int, compiled: bool) -> dict:
     fns = {"transformers": lambda x: hf.encoder(input_ids=x, attention_mask=mask).last_hidden_state,
            **{name: models[name].encode for name in t2t_models(models)},
            "nai-t5": lambda x: nai.encoder(x, input_mask=mask)}
-    return {name: (lambda fn=torch.compile(fn) if compiled else fn: fn(ids)) for name, fn in fns.items()}
+    return {name: (lambda fn=torch.compile(fn) if compiled else fn: fn(ids))  # noqa: B008 -- bound once, here
+            for name, fn in fns.items()}
 
 
 def train_fns(models: dict, B: int, S: int, T: int, compiled: bool) -> dict:

@@ -239,7 +239,7 @@ def bench_gpu_setting(vocab, data_dir, steps: int) -> dict:
                  "glue_v002_proportional": ("glue_v002_proportional", 128, {"skip_unavailable": True})}
     result = {"gpu_step_s": step_seconds, "gpu_step": f"{source} (results/gpu-h100.json)"}
     for name, (mixture, targets, extra) in pipelines.items():
-        def make_batches(**layout):
+        def make_batches(mixture=mixture, targets=targets, extra=extra, **layout):
             return build_train_batches(mixture, vocab=vocab, batch_size=128, input_length=512,
                                        target_length=targets, pack=True, seed=0, data_dir=data_dir, **extra, **layout)
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from t2t import config
-from t2t.training.optim import build_optimizer
 from t2t.data.pipeline import build_train_batches
-from t2t.training.train import TrainConfig, TrainingObjective, build_model, train
 from t2t.data.vocab import load_vocabulary
+from t2t.training.optim import build_optimizer
+from t2t.training.train import TrainConfig, TrainingObjective, build_model, train
 
 ROOT = Path(__file__).resolve().parent
 

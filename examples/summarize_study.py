@@ -248,8 +248,9 @@ def results_markdown(root: Path) -> str:
 def unigram_entropy(root: Path) -> float | None:
     """Entropy (nats/token) of the corpus's token frequencies with the study's vocabulary, or None."""
     try:
-        import sentencepiece as spm
         from collections import Counter
+
+        import sentencepiece as spm
 
         from t2t.data.task import get_task, load_modules
         load_modules([])

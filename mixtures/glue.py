@@ -13,8 +13,8 @@ mixture is examples-proportional.
 
 from __future__ import annotations
 
-from t2t.data.mixing import proportional_rates
 from t2t import Mixture, register_mixture
+from t2t.data.mixing import proportional_rates
 
 GLUE_WEIGHT_MAPPING = {
     "glue_cola_v002": 8_551.0,

@@ -10,8 +10,8 @@ Each positive rate is ``rate_num_examples(num_examples=size)``, so §3.5.2's K a
 
 from __future__ import annotations
 
-from t2t.data.mixing import proportional_rates
 from t2t import Mixture, register_mixture
+from t2t.data.mixing import proportional_rates
 
 SUPER_GLUE_WEIGHT_MAPPING = {
     "dpr_v001_simple": 1_322.0,

@@ -14,9 +14,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from t2t.data.vocab import DEFAULT_EXTRA_IDS, SentencePieceVocabulary, train_vocabulary
 from t2t.data.sources import InMemorySource
 from t2t.data.task import MIXTURES, TASKS, Mixture, Task, load_builtin_modules, register_mixture, register_task
+from t2t.data.vocab import DEFAULT_EXTRA_IDS, SentencePieceVocabulary, train_vocabulary
 
 __all__ = ["TINY_TEXT", "tiny_vocabulary"]
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from t2t import HFDataset, T2TError, Task, metrics, register_task
 from t2t.data.sources import LocalOrHub
-from t2t.preprocessors import glue, stsb, string_label_to_class_id, string_to_float
+from t2t.preprocessors import glue, string_label_to_class_id, string_to_float, stsb
 
 GLUE_HUB_ID = "nyu-mll/glue"
 

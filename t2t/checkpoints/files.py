@@ -21,6 +21,7 @@ from t2t.checkpoints import durable
 from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5
 
+
 def read_json(path: Path, what: str) -> dict:
     try:
         text = path.read_text()

@@ -22,14 +22,22 @@ from safetensors.torch import save_file
 
 from t2t import config as config_lib
 from t2t.checkpoints import durable
-from t2t.checkpoints.files import (assign_weights, check_state_dict, expected_shapes, read_json,
-                                   read_safetensors, torch_load, write_text, write_with)
+from t2t.checkpoints.files import (
+    assign_weights,
+    check_state_dict,
+    expected_shapes,
+    read_json,
+    read_safetensors,
+    torch_load,
+    write_text,
+    write_with,
+)
 from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
+from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, Vocabulary, load_vocabulary, sentencepiece_spec
 from t2t.errors import T2TError, error_summary
+from t2t.hub import hub_failure
 from t2t.models.decoding import ALPHA
 from t2t.models.t5 import T5, ModelConfig
-from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, Vocabulary, load_vocabulary, sentencepiece_spec
-from t2t.hub import hub_failure
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from t2t.checkpoints.files import assign_weights, check_state_dict, expected_sha
 from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5, ModelConfig
 
-
 _T5X_LAYER = {  # t5x module path inside a layer → ours (kernels are [in, out]: transposed)
     "attention": "self_attn", "self_attention": "self_attn", "encoder_decoder_attention": "cross_attn",
     "pre_attention_layer_norm": "self_attn.layer_norm", "pre_self_attention_layer_norm": "self_attn.layer_norm",

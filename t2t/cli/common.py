@@ -29,8 +29,7 @@ from t2t.data.sources import resolve_data_dir
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import with_run_settings
-from t2t.terminal import (disable_progress_bars_off_terminal, raise_if_interrupted, report_interrupt,
-                          stop_on_interrupt)
+from t2t.terminal import disable_progress_bars_off_terminal, raise_if_interrupted, report_interrupt, stop_on_interrupt
 
 
 def run_cli(main=None, *, resumable: bool = False):

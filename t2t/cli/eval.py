@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from t2t.cli.common import (DECODING_FLAGS, LOCATION_FLAGS, TASK, Flag, add_flags, add_settings, add_task_choice,
-                            new_parser, print_settings, resolve, resolved_locations, run_cli)
+from t2t.cli.common import (
+    DECODING_FLAGS,
+    LOCATION_FLAGS,
+    TASK,
+    Flag,
+    add_flags,
+    add_settings,
+    add_task_choice,
+    new_parser,
+    print_settings,
+    resolve,
+    resolved_locations,
+    run_cli,
+)
 from t2t.evaluation.evaluate import EvalConfig, evaluate, evaluate_checkpoints
 
 EXAMPLES = """\

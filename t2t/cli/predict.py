@@ -8,8 +8,18 @@ import tempfile
 from pathlib import Path
 
 from t2t.checkpoints import durable
-from t2t.cli.common import (DECODING_FLAGS, LOCATION_FLAGS, Flag, add_flags, add_settings, new_parser,
-                            print_settings, resolve, resolved_locations, run_cli)
+from t2t.cli.common import (
+    DECODING_FLAGS,
+    LOCATION_FLAGS,
+    Flag,
+    add_flags,
+    add_settings,
+    new_parser,
+    print_settings,
+    resolve,
+    resolved_locations,
+    run_cli,
+)
 from t2t.errors import T2TError
 from t2t.evaluation.predict import PredictConfig, predict
 

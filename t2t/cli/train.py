@@ -9,8 +9,18 @@ import logging
 from t2t import config
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.run import LOCATIONS, embedding_rows, find_run, open_run, with_run_locations
-from t2t.cli.common import (LOCATION_FLAGS, TASK, Flag, add_flags, add_settings, add_task_choice, new_parser,
-                            print_settings, resolve, run_cli)
+from t2t.cli.common import (
+    LOCATION_FLAGS,
+    TASK,
+    Flag,
+    add_flags,
+    add_settings,
+    add_task_choice,
+    new_parser,
+    print_settings,
+    resolve,
+    run_cli,
+)
 from t2t.data.sources import resolve_data_dir
 from t2t.data.task import load_modules
 from t2t.data.vocab import load_vocabulary

@@ -1,8 +1,17 @@
 """The data path: tasks and mixtures (task.py), sources, the vocabulary, text preprocessors, objectives,
 Winograd forms, tokenized splits, mixing rates, feature converters and the training-batch pipeline."""
 
-from t2t.data.sources import CsvFiles, DataFiles, GeneratorSource, HFDataset, InMemorySource, JsonlFiles, \
-    Source, TextFiles, TsvFiles
+from t2t.data.sources import (
+           CsvFiles,
+           DataFiles,
+           GeneratorSource,
+           HFDataset,
+           InMemorySource,
+           JsonlFiles,
+           Source,
+           TextFiles,
+           TsvFiles,
+)
 from t2t.data.task import Feature, Mixture, Task, get_mixture, get_task, register_mixture, register_task
 from t2t.data.vocab import SentencePieceVocabulary, load_vocabulary
 

@@ -26,7 +26,6 @@ import numpy as np
 from t2t.data.batched_rng import first_uniforms
 from t2t.errors import T2TError
 
-
 # ------------------------------------------------------------------------------------------ rates
 
 def rate_num_examples(maximum: float | None = None, temperature: float = 1.0, scale: float = 1.0,

@@ -27,12 +27,12 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from t2t.errors import T2TError
 from t2t.data.features import Packer, get_converter
 from t2t.data.mixing import MixtureSampler, buffer_rng, draw_rng, epoch_permutation, shuffled_in_buffer
 from t2t.data.sources import DataNotFoundError
 from t2t.data.task import Mixture, Task, get_task, get_task_or_mixture, rate_value
 from t2t.data.tokenized import iter_tokenized, tokenized_split, trim_and_append_eos, trimmed_lengths
+from t2t.errors import T2TError
 
 log = logging.getLogger(__name__)
 

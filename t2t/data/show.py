@@ -15,10 +15,10 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
-from t2t.errors import T2TError
 from t2t.data.mixing import FIXED, describe_rate, is_proportional
 from t2t.data.sources import resolve_data_dir
-from t2t.data.task import MIXTURES, TASKS, Mixture, Task, load_builtin_modules, get_task, get_task_or_mixture
+from t2t.data.task import MIXTURES, TASKS, Mixture, Task, get_task, get_task_or_mixture, load_builtin_modules
+from t2t.errors import T2TError
 
 SHOW_CHUNK = 256
 MEMBERS_SHOWN = 3  # per strategy on a mixture's line of t2t-tasks; the others are counted

@@ -255,7 +255,7 @@ _QUIET_LOCK = threading.Lock()
 def _datasets_log_quiet():
     """``datasets`` logs a file it fails to read (an error line) before it raises; t2t says it once. Nested
     and concurrent loads (a background thread's) restore the level only when the last one ends."""
-    import datasets  # importing it sets its logger's level: first, so that ours holds
+    import datasets  # noqa: F401 -- importing it sets its logger's level: first, so that ours holds
     logger = logging.getLogger("datasets")
     with _QUIET_LOCK:
         if _QUIET["depth"] == 0:

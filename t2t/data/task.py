@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from t2t.errors import T2TError
-from t2t.registry import Registry, unknown_name_message
+from t2t.data.mixing import is_proportional, with_rate_options
 from t2t.data.preprocessors import FieldError
 from t2t.data.sources import DataNotFoundError
 from t2t.data.tokenized import eval_examples
-from t2t.data.mixing import is_proportional, with_rate_options
+from t2t.errors import T2TError
+from t2t.registry import Registry, unknown_name_message
 
 # The packages whose modules `t2t-train`, `t2t-eval`, `t2t-show` and `t2t-tasks` load before looking a name up:
 # tasks first, so that a mixture module finds its tasks registered.

@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from t2t.errors import T2TError
 from t2t.data.sources import resolve_data_dir
+from t2t.errors import T2TError
 
 
 class TokenizableTask(Protocol):

@@ -42,8 +42,8 @@ from typing import Any, ClassVar
 
 import sentencepiece as spm
 
-from t2t.errors import T2TError
 from t2t.data.sources import resolve_data_dir
+from t2t.errors import T2TError
 from t2t.registry import Registry
 
 logger = logging.getLogger(__name__)

@@ -32,19 +32,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.loading import load_model, own_vocabulary
 from t2t import config
-from t2t.models import distributed
 from t2t.checkpoints import durable
-from t2t.models import kernels
-from t2t.models.decoding import compiling_seconds
-from t2t.terminal import ProgressLines, on_terminal
-from t2t.evaluation import figures, results
+from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
-from t2t.errors import T2TError
+from t2t.checkpoints.loading import load_model, own_vocabulary
 from t2t.data.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
 from t2t.data.vocab import load_vocabulary
+from t2t.errors import T2TError
+from t2t.evaluation import figures, results
+from t2t.models import distributed, kernels
+from t2t.models.decoding import compiling_seconds
+from t2t.terminal import ProgressLines, on_terminal
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +330,7 @@ def other_vocabulary(checkpoint_path: str, sha256: str) -> str | None:
 
 
 def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_examples=None,
-                  decoding: DecodingConfig = DecodingConfig(), device=torch.device("cpu"), precision="fp32",
+                  decoding: DecodingConfig | None = None, device=torch.device("cpu"), precision="fp32",
                   rank_classification: bool = False) -> tuple[dict, list[dict], dict]:
     """Metrics, per-example records (input, target, prediction, postprocessed values) and run statistics
     (whether the split has labels, examples, inputs truncated to ``decoding.input_length``, seconds,
@@ -340,6 +339,7 @@ def evaluate_task(model, task: Task, vocab, split: str, *, data_dir=None, max_ex
     Predictions are decodes per ``decoding``, or with ``rank_classification`` the best-scoring of the task's
     ``rank_choices``; either way they go through the task's postprocessor and metrics.
     """
+    decoding = decoding or DecodingConfig()
     examples = task.examples(split, vocab, data_dir=data_dir, max_examples=max_examples)
     inputs, truncated = trim_inputs([ex["inputs"] for ex in examples], decoding.input_length, vocab.eos_id)
     compiled_before, start = compiling_seconds(), time.perf_counter()

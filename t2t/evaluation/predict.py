@@ -19,11 +19,17 @@ from typing import Iterable, Literal
 import numpy as np
 
 from t2t.checkpoints import run as run_lib
-from t2t.models import distributed
-from t2t.errors import T2TError
-from t2t.evaluation.evaluate import (DecodingConfig, decode_in_batches, load_model_and_vocabulary, pinned,
-                                     trim_inputs, trusted_run_settings)
 from t2t.data.task import PREPROCESSOR_ERRORS, Task, get_task_or_mixture, load_modules
+from t2t.errors import T2TError
+from t2t.evaluation.evaluate import (
+    DecodingConfig,
+    decode_in_batches,
+    load_model_and_vocabulary,
+    pinned,
+    trim_inputs,
+    trusted_run_settings,
+)
+from t2t.models import distributed
 
 log = logging.getLogger(__name__)
 

@@ -266,8 +266,6 @@ def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_toke
     out = torch.full((B, max_new_tokens), cfg.pad_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
-        if t:
-            logits = step(tokens, cache)  # [B, V]
         if t < min_new_tokens:
             logits[:, cfg.eos_id] = float("-inf")
         tokens = pick(logits).masked_fill(done, cfg.pad_id)  # [B]
@@ -275,6 +273,8 @@ def _decode_loop(model, encoder_input_tokens, max_new_tokens, pick, min_new_toke
         done |= tokens == cfg.eos_id
         if bool(done.all()):
             return out[:, :t + 1]
+        if t + 1 < max_new_tokens:
+            logits = step(tokens, cache)  # [B, V]
     return out
 
 

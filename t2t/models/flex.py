@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from t2t.errors import T2TError
-
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 FLEX_TORCH_FLOOR = (2, 13)  # tests/models/test_flex_attention.py passed on 2.13 and 2.15, failed on 2.7.1
 

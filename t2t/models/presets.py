@@ -14,7 +14,6 @@ from typing import Literal
 from t2t import config as config_lib
 from t2t.errors import T2TError
 
-
 #: T5 §3.2.1 / Figure 4: two stacks; one stack of weights run as encoder and as decoder (the decoder pass adds
 #: its cross-attention); one causal stack over inputs + targets; the same with the input prefix fully visible.
 Architecture = Literal["encoder_decoder", "shared_encoder_decoder", "decoder_only", "prefix_lm"]

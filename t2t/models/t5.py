@@ -44,11 +44,10 @@ from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.errors import T2TError
-from t2t.models.presets import ModelConfig, resolve_model_config
 from t2t.models import decoding, kernels
 from t2t.models.dropout import Dropout
 from t2t.models.flex import FlexBias, flex_attention_of, flex_bias, require_flex_attention
-
+from t2t.models.presets import ModelConfig, resolve_model_config
 
 # ----------------------------------------------------------------------------------------------------------
 # Helpers

@@ -59,9 +59,9 @@ from t2t import config
 from t2t.checkpoints import durable
 from t2t.checkpoints.loading import read_model_config
 from t2t.data.task import DEFAULT_SEQUENCE_LENGTH, Mixture, get_task_or_mixture, load_modules, member_tasks
+from t2t.errors import T2TError
 from t2t.evaluation import results
 from t2t.evaluation.figures import save_figure
-from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.training.train import DEFAULT_MODEL, TrainConfig
 

@@ -21,27 +21,32 @@ from typing import Literal
 import numpy as np
 import torch
 
-from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.loading import load_model, own_vocabulary
 from t2t import config
-from t2t.models import distributed
 from t2t.checkpoints import durable
-from t2t.models import kernels
-from t2t.models.dropout import row_generators
+from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
-from t2t.errors import T2TError
-from t2t.models.t5 import T5, ModelConfig, resolve_model_config
-from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
+from t2t.checkpoints.loading import load_model, own_vocabulary
 from t2t.data.pipeline import TrainBatches, build_train_batches
 from t2t.data.prefetch import BatchesAhead
-from t2t.training.loggers import (DEFAULT_LOGGERS, METRICS_FILE, LoggedRun, MetricsLogger, check_logger_names,
-                                  open_loggers)
-from t2t.training.progress import LogWindow, read_metrics
 from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
-from t2t.terminal import raise_if_interrupted
-from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 from t2t.data.vocab import load_vocabulary
+from t2t.errors import T2TError
 from t2t.evaluation.evaluate import validation_metrics
+from t2t.models import distributed, kernels
+from t2t.models.dropout import row_generators
+from t2t.models.t5 import T5, ModelConfig, resolve_model_config
+from t2t.terminal import raise_if_interrupted
+from t2t.training.loggers import (
+    DEFAULT_LOGGERS,
+    METRICS_FILE,
+    LoggedRun,
+    MetricsLogger,
+    check_logger_names,
+    open_loggers,
+)
+from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
+from t2t.training.progress import LogWindow, read_metrics
+from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 
 log = logging.getLogger(__name__)
 

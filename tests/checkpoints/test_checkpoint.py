@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import hf, t5x
-from t2t.checkpoints.native import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
+from t2t.checkpoints.native import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from t2t.errors import T2TError
 from t2t.models import distributed
 from t2t.models.t5 import T5, ModelConfig
@@ -570,7 +570,7 @@ def test_conversion_names_stay_importable_from_t2t_checkpoint():
 
     assert (from_hf, to_hf, hf_key, from_t5x) == (hf.from_hf, hf.to_hf, hf.hf_key, t5x.from_t5x)
     with pytest.raises(AttributeError):
-        checkpoint.no_such_name
+        checkpoint.no_such_name  # noqa: B018 -- the attribute access is what raises
 
 
 # ----------------------------------------------------------------------------------------------------------

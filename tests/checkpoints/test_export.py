@@ -18,18 +18,20 @@ import torch.nn.functional as F
 
 transformers = pytest.importorskip("transformers", reason="export tests load the result with transformers")
 
-from t2t import cli  # noqa: E402
-from t2t import config  # noqa: E402
+from t2t import (
+    cli,  # noqa: E402
+    config,  # noqa: E402
+)
 from t2t.checkpoints import durable  # noqa: E402
-from t2t.checkpoints.native import save_checkpoint  # noqa: E402
-from t2t.checkpoints.loading import load_model
-from t2t.errors import T2TError  # noqa: E402
 from t2t.checkpoints.hf import to_hf  # noqa: E402
+from t2t.checkpoints.loading import load_model
+from t2t.checkpoints.native import save_checkpoint  # noqa: E402
+from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary  # noqa: E402
+from t2t.errors import T2TError  # noqa: E402
 from t2t.models import decoding  # noqa: E402
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config  # noqa: E402
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary  # noqa: E402
 from t2t.training.train import TrainConfig, train  # noqa: E402
-from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -18,18 +18,18 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from test_checkpoint import rewrite_checksums
 
-from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.loading import load_model
 from t2t import config
 from t2t.checkpoints import durable
+from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
-from test_checkpoint import rewrite_checksums
+from t2t.checkpoints.loading import load_model
+from t2t.data.task import TASKS, get_task
+from t2t.data.tokenized import clear_cache
 from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import EvalConfig, evaluate
-from t2t.data.task import TASKS, get_task
-from t2t.data.tokenized import clear_cache
 from t2t.testing import TINY_TEXT, TINY_VOCAB_PIECES, tiny_vocabulary
 from t2t.training.train import TrainConfig, train
 

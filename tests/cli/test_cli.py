@@ -13,13 +13,12 @@ import torch
 import yaml
 
 from t2t import config
-from t2t.cli import settings_doc
-from t2t.cli import COMMANDS, command_module, eval_main, predict_main, train_main
+from t2t.cli import COMMANDS, command_module, eval_main, predict_main, settings_doc, train_main
 from t2t.cli.common import run_cli
 from t2t.cli.vocab import text_files
+from t2t.errors import T2TError
 from t2t.models.t5 import resolve_model_config
 from t2t.training.train import TrainConfig
-from t2t.errors import T2TError
 
 
 def test_t2t_error_is_one_line_and_status_2(capsys):

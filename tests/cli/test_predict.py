@@ -15,9 +15,9 @@ import torch
 from t2t.checkpoints import durable
 from t2t.checkpoints import native as checkpoint
 from t2t.cli import predict_main, show_main
-from t2t.errors import T2TError
 from t2t.data.show import show_raw
 from t2t.data.task import TASKS, get_task
+from t2t.errors import T2TError
 from t2t.evaluation import predict as predict_module
 from t2t.evaluation.predict import input_text, reference_examples
 from t2t.models.t5 import T5, ModelConfig

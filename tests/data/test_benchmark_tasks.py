@@ -85,6 +85,7 @@ def write_hub_repo(root, config, split, rows, features):
 
 def test_squad_train_from_the_hub_format(tmp_path):
     import datasets
+
     from t2t.tasks.squad import make_squad_task, squad_source
     features = datasets.Features({
         "id": datasets.Value("string"), "title": datasets.Value("string"), "context": datasets.Value("string"),
@@ -142,6 +143,7 @@ def test_newsdev_and_newstest2016_en_ro(data_dir):
 
 def test_wmt_train_from_the_hub_format(tmp_path):
     import datasets
+
     from t2t.tasks.wmt import make_wmt_task, wmt_source
     features = datasets.Features({"translation": datasets.Translation(languages=["ro", "en"])})
     rows = [{"translation": {"ro": "Bună ziua.", "en": "Good day."}}]
@@ -183,6 +185,7 @@ def test_cnn_dailymail_local_test_row(data_dir):
 
 def test_cnn_dailymail_from_the_hub_format(tmp_path):
     import datasets
+
     from t2t.tasks.cnn_dailymail import cnn_dailymail_source, make_cnn_dailymail_task
     features = datasets.Features({"article": datasets.Value("string"), "highlights": datasets.Value("string"),
                                   "id": datasets.Value("string")})

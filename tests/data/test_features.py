@@ -4,9 +4,15 @@ import numpy as np
 import pytest
 import torch
 
+from t2t.data.features import (
+    DecoderOnlyLMFeatureConverter,
+    EncDecFeatureConverter,
+    Packer,
+    PrefixLMFeatureConverter,
+    get_converter,
+    segments_and_starts,
+)
 from t2t.errors import T2TError
-from t2t.data.features import (DecoderOnlyLMFeatureConverter, EncDecFeatureConverter, Packer,
-                               PrefixLMFeatureConverter, get_converter, segments_and_starts)
 
 A = {"inputs": np.array([7, 8, 5, 1]), "targets": np.array([3, 9, 1])}
 B = {"inputs": np.array([8, 4, 9, 3, 1]), "targets": np.array([4, 1])}

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from t2t.data.preprocessors import string_label_to_class_id, string_to_float, stsb_target
+from t2t.data.sources import DataNotFoundError
+from t2t.data.task import get_mixture, get_task, get_task_or_mixture
+from t2t.errors import T2TError
 from t2t.evaluation import metrics
 from t2t.evaluation.evaluate import evaluate_task
-from t2t.errors import T2TError
-from t2t.data.preprocessors import stsb_target, string_label_to_class_id, string_to_float
-from t2t.data.sources import DataNotFoundError
-from t2t.tasks.glue import GLUE_SIZES, GlueSource
-from t2t.data.task import get_mixture, get_task, get_task_or_mixture
 from t2t.models.t5 import T5, ModelConfig
+from t2t.tasks.glue import GLUE_SIZES, GlueSource
 from t2t.testing import tiny_vocabulary
 
 N_ROWS = 300
@@ -313,6 +313,7 @@ def test_hub_fallback_gives_the_same_rows(tmp_path, data_dir):
 
 def test_hub_fallback_preprocessed_like_local(tmp_path, data_dir):
     import datasets
+
     from t2t.tasks.glue import make_glue_task
     local_task = make_glue_task("stsb")
     local = list(itertools.islice(local_task.text_examples("validation", data_dir), 20))

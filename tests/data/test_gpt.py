@@ -39,10 +39,10 @@ def test_auxiliary_lm_loss_equals_a_hand_computation(architecture):
 
 
 def test_lm_loss_weight_needs_a_decoder_only_model(tmp_path):
+    from t2t import config
     from t2t.errors import T2TError
     from t2t.testing import tiny_vocabulary
     from t2t.training.train import TrainConfig, train
-    from t2t import config
     cfg = config.from_dict(TrainConfig, {"mixture": "glue_rte_v002", "model": {"preset": "t5-tiny"},
                                          "lm_loss_weight": 0.5, "output_dir": str(tmp_path),
                                          "vocab": str(tiny_vocabulary().path)})

@@ -4,9 +4,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from t2t.data.mixing import (
+    FIXED,
+    MixtureSampler,
+    describe_rate,
+    draw_rng,
+    epoch_permutation,
+    normalize_rates,
+    rate_equal,
+    rate_num_examples,
+    rate_unsupervised,
+    sampled_counts,
+    stable_hash,
+)
 from t2t.errors import T2TError
-from t2t.data.mixing import (FIXED, MixtureSampler, describe_rate, draw_rng, epoch_permutation, normalize_rates,
-                             rate_equal, rate_num_examples, rate_unsupervised, sampled_counts, stable_hash)
 from t2t.testing import in_memory_task
 
 

@@ -9,11 +9,10 @@ import pytest
 
 from t2t.data.pipeline import build_train_batches
 from t2t.data.sources import InMemorySource
-from t2t.data.task import TASKS, default_output_features
+from t2t.data.task import TASKS, default_output_features, get_mixture, get_task, rate_value
+from t2t.errors import T2TError
 from t2t.mixtures.glue import GLUE_WEIGHT_MAPPING
 from t2t.mixtures.superglue import SUPER_GLUE_WEIGHT_MAPPING
-from t2t.data.task import get_mixture, get_task, rate_value
-from t2t.errors import T2TError
 from t2t.testing import tiny_vocabulary
 from t2t.training.train import TrainConfig
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from t2t.errors import T2TError
 from t2t.data.mixing import rate_num_examples
 from t2t.data.pipeline import build_train_batches
 from t2t.data.task import Mixture, get_mixture
+from t2t.errors import T2TError
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 

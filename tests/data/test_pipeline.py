@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from t2t.data import tokenized
 from t2t import preprocessors
-from t2t.errors import T2TError
+from t2t.data import tokenized
 from t2t.data.pipeline import build_train_batches
 from t2t.data.sources import GeneratorSource, JsonlFiles
 from t2t.data.task import Mixture, Task, get_task
+from t2t.errors import T2TError
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 WORDS = "the harbour town woke slowly on the first cold morning of autumn fishermen pulled their boats".split()

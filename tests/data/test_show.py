@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from t2t.errors import T2TError
 from t2t.data.show import format_registry_table, registry_table, show_examples
 from t2t.data.sources import GeneratorSource
 from t2t.data.task import Mixture
+from t2t.errors import T2TError
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 ROWS = [{"question": f"question number {i}", "answer": "yes" if i % 2 else "no"} for i in range(600)]

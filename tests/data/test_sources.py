@@ -6,9 +6,21 @@ from types import SimpleNamespace
 
 import pytest
 
+from t2t.data.sources import (
+    CsvFiles,
+    DataFiles,
+    DataNotFoundError,
+    DiskDataset,
+    GeneratorSource,
+    HFDataset,
+    HubUnreachableError,
+    InMemorySource,
+    JsonlFiles,
+    TextFiles,
+    TsvFiles,
+    resolve_data_dir,
+)
 from t2t.errors import T2TError
-from t2t.data.sources import (CsvFiles, DataFiles, DataNotFoundError, DiskDataset, GeneratorSource, HFDataset,
-                              HubUnreachableError, InMemorySource, JsonlFiles, TextFiles, TsvFiles, resolve_data_dir)
 from t2t.tasks.glue import GlueSource, read_glue_tsv
 
 ROWS = [{"text": "a fine film", "label": "positive"}, {"text": "dull", "label": "negative"}]
@@ -274,6 +286,7 @@ def test_overlapping_quiet_loads_restore_the_datasets_log_level_once_the_last_en
     """A background thread's load may start before the main thread's ends and end after it."""
     import contextlib
     import logging
+
     from t2t.data.sources import _datasets_log_quiet
     logger = logging.getLogger("datasets")
     before = logger.level

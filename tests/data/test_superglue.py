@@ -1,7 +1,6 @@
 """SuperGLUE as T5 writes it: exact strings for real rows (written out by hand from the t5 library's rules),
 ReCoRD's and WSC's one-to-many expansion, the hub-row flattening of the official files, metrics, the mixture."""
 
-import functools
 import itertools
 import json
 import re
@@ -11,10 +10,10 @@ from collections import Counter
 import pytest
 import sklearn.metrics
 
-from t2t.evaluation import metrics
-from t2t.errors import T2TError
 from t2t.data.sources import InMemorySource
 from t2t.data.task import get_mixture, get_task
+from t2t.errors import T2TError
+from t2t.evaluation import metrics
 from t2t.testing import temporarily_registered
 
 # ---------------------------------------------------------------------------------------------- real rows

@@ -11,10 +11,22 @@ import numpy as np
 import pytest
 
 import t2t.data.task as task_module
-from t2t.errors import T2TError
 from t2t.data.sources import InMemorySource, JsonlFiles
-from t2t.data.task import (MIXTURES, TASKS, Feature, Mixture, Task, get_mixture, get_task, get_task_or_mixture,
-                      load_modules, member_tasks, register_mixture, register_task)
+from t2t.data.task import (
+    MIXTURES,
+    TASKS,
+    Feature,
+    Mixture,
+    Task,
+    get_mixture,
+    get_task,
+    get_task_or_mixture,
+    load_modules,
+    member_tasks,
+    register_mixture,
+    register_task,
+)
+from t2t.errors import T2TError
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
@@ -293,8 +305,8 @@ def test_docs_custom_task_imports_from_t2t_alone():
 
 
 def test_docs_custom_task_runs_verbatim(tmp_path, custom_task_module):
-    from t2t.data.show import show_examples
     from t2t.data.pipeline import build_train_batches
+    from t2t.data.show import show_examples
 
     data = tmp_path / "data"
     (data / "sentiment").mkdir(parents=True)
@@ -479,6 +491,7 @@ def test_builtin_tasks_and_mixtures_import_what_a_user_would():
     as a user's task module does; only what it lacks comes from an internal module."""
     import ast
     import importlib
+
     import t2t
     wrong = []
     for path in sorted([*(ROOT / "tasks").glob("*.py"), *(ROOT / "mixtures").glob("*.py")]):

@@ -4,7 +4,6 @@ The stages are run here in the pipeline's order (text preprocessors → tokenize
 per-draw token preprocessors → EOS) by ``run_task``, so these tests pin the task definitions themselves.
 """
 
-import functools
 
 import numpy as np
 import pytest

@@ -13,9 +13,9 @@ import sentencepiece as spm
 import torch
 
 import t2t.data.vocab as vocab_module
+from t2t.data.vocab import SentencePieceVocabulary, load_vocabulary, train_vocabulary
 from t2t.errors import T2TError
 from t2t.testing import TINY_TEXT, TINY_VOCAB_PIECES, tiny_vocabulary
-from t2t.data.vocab import SentencePieceVocabulary, load_vocabulary, train_vocabulary
 
 FOX = "The quick brown fox jumps over the lazy dog."
 FOX_IDS = [37, 1704, 4216, 3, 20400, 4418, 7, 147, 8, 19743, 1782, 5]

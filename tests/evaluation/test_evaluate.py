@@ -5,15 +5,15 @@ import json
 import pytest
 
 from t2t.errors import T2TError
-
 from t2t.evaluation.evaluate import validation_metrics
 
 
 def test_in_training_eval_leaves_out_members_dropped_for_missing_train_data(data_dir, t5_vocab_path):
     """QNLI has a local validation split but no train split: a --skip-unavailable run never trained it."""
     import torch
-    from t2t.models.t5 import T5, resolve_model_config
+
     from t2t.data.vocab import SentencePieceVocabulary
+    from t2t.models.t5 import T5, resolve_model_config
     torch.manual_seed(0)
     model = T5(resolve_model_config("t5-tiny"))
     vocab = SentencePieceVocabulary(t5_vocab_path)
@@ -42,6 +42,7 @@ RTE_DEV = "index\tsentence1\tsentence2\tlabel\n0\tIt rains.\tIt is wet.\tentailm
 def small_glue(tmp_path):
     """A data dir with only STS-B and RTE validation files, and a random t5-tiny run saved at step 7."""
     import torch
+
     from t2t.checkpoints.native import save_checkpoint
     from t2t.models.t5 import T5, resolve_model_config
     from t2t.testing import tiny_vocabulary
@@ -144,8 +145,9 @@ def test_an_unwritable_output_dir_stops_before_anything_is_loaded(small_glue):
 def test_all_checkpoints_reports_each_task_at_its_best_step(small_glue, capsys):
     """Three checkpoints of different weights: each is evaluated, and best.json names the best per task."""
     import torch
-    from t2t.checkpoints.native import save_checkpoint
+
     from t2t.checkpoints.loading import load_model
+    from t2t.checkpoints.native import save_checkpoint
     from t2t.evaluation.evaluate import evaluate_checkpoints
     model = load_model(small_glue / "run")
     for step in (9, 11):

@@ -9,11 +9,11 @@ import torch
 
 from t2t.checkpoints import native as checkpoint
 from t2t.cli import eval_main
+from t2t.data.preprocessors import string_label_to_class_id
+from t2t.errors import T2TError
 from t2t.evaluation.evaluate import DecodingConfig, evaluate_task, trim_inputs
 from t2t.evaluation.metrics import accuracy
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
-from t2t.data.preprocessors import string_label_to_class_id
-from t2t.errors import T2TError
 from t2t.testing import in_memory_task, tiny_vocabulary
 
 LABELS = ("yes", "no", "maybe so")

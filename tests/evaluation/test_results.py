@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 
 from t2t.errors import T2TError
-from t2t.evaluation.results import (benchmark_averages, format_table, jsonable, prepare_output_dir, undefined_reasons,
-                         write_atomic)
+from t2t.evaluation.results import (
+    benchmark_averages,
+    format_table,
+    jsonable,
+    prepare_output_dir,
+    undefined_reasons,
+    write_atomic,
+)
 
 
 def test_glue_average_is_t5s_a_task_with_two_metrics_counts_as_their_mean():

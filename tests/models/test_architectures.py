@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from t2t.checkpoints.loading import load_model
-from t2t.models import decoding, t5
 from t2t.data.features import get_converter
-from t2t.training.train import TrainingObjective
+from t2t.models import decoding, t5
 from t2t.models.presets import resolve_model_config
 from t2t.models.t5 import T5
+from t2t.training.train import TrainingObjective
 
 ARCHITECTURES = ["encoder_decoder", "shared_encoder_decoder", "decoder_only", "prefix_lm"]
 A = {"inputs": [5, 6, 1], "targets": [7, 1]}

@@ -7,12 +7,11 @@ decoding test checks by leaving it at its default."""
 
 import pytest
 import torch
+from test_compiled_decoding import TINY, inputs  # the same tiny model and ragged rows, on CUDA
 
 from t2t.models import kernels
 from t2t.models.decoding import decoding_step
 from t2t.models.t5 import T5, ModelConfig
-
-from test_compiled_decoding import TINY, inputs  # the same tiny model and ragged rows, on CUDA
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from t2t.models import decoding
-from t2t.models.t5 import ModelConfig, T5
+from t2t.models.t5 import T5, ModelConfig
 
 pytest.importorskip("transformers")
 from test_model import TINY, hf_pair  # noqa: E402

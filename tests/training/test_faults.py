@@ -25,21 +25,21 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.loading import load_model
-from t2t import config
-from t2t.checkpoints import durable
-from t2t.training import progress
-from t2t.training import train as train_module
-from t2t.errors import T2TError
-from t2t.evaluation.evaluate import EvalConfig, evaluate, evaluate_checkpoints
-from t2t.training.progress import MetricsLog, read_metrics
-from t2t.training.train import TrainConfig, train
-from t2t.data.task import TASKS, load_modules
-from t2t.testing import tiny_vocabulary
 from test_checkpoint import logits_of, tiny_model, trained_optimizer
 from test_train import TASK, TINY_MODEL, copy_task_module_text, settings
+
+from t2t import config
+from t2t.checkpoints import durable
+from t2t.checkpoints import native as checkpoint
+from t2t.checkpoints.loading import load_model
+from t2t.data.task import TASKS, load_modules
+from t2t.errors import T2TError
+from t2t.evaluation.evaluate import EvalConfig, evaluate, evaluate_checkpoints
+from t2t.testing import tiny_vocabulary
+from t2t.training import progress
+from t2t.training import train as train_module
+from t2t.training.progress import MetricsLog, read_metrics
+from t2t.training.train import TrainConfig, train
 
 pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
 

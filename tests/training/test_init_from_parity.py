@@ -27,9 +27,9 @@ from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.hf import to_hf
 from t2t.checkpoints.loading import load_model
 from t2t.data.pipeline import build_train_batches
+from t2t.models.t5 import T5, resolve_model_config
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 from t2t.training.optim import build_optimizer, build_scheduler
-from t2t.models.t5 import T5, resolve_model_config
 from t2t.training.train import TrainConfig, build_model, train
 
 transformers = pytest.importorskip(

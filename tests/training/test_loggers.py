@@ -3,14 +3,13 @@ once, every step, one record per logged step, each checkpoint and its close (als
 built-in kinds stand alone."""
 
 import pytest
+from test_train import TASK, copy_task, settings  # noqa: F401 (copy_task: a fixture)
 
 from t2t.errors import T2TError
 from t2t.training import train as train_module
 from t2t.training.loggers import LOGGER_KINDS, LoggedRun, MetricsLogger, PlotLogger, register_logger
 from t2t.training.progress import MetricsLog
 from t2t.training.train import train
-
-from test_train import TASK, copy_task, settings  # noqa: F401 (copy_task: a fixture)
 
 pytestmark = pytest.mark.integration  # training runs
 

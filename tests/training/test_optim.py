@@ -9,8 +9,13 @@ import torch
 
 from t2t.errors import T2TError
 from t2t.training.adafactor import Adafactor
-from t2t.training.optim import (ADAFACTOR_EPSILON1, OptimizerConfig, build_optimizer, build_scheduler,
-                                learning_rate_factor)
+from t2t.training.optim import (
+    ADAFACTOR_EPSILON1,
+    OptimizerConfig,
+    build_optimizer,
+    build_scheduler,
+    learning_rate_factor,
+)
 
 
 def test_rsqrt_schedule_is_t5s_inverse_square_root():

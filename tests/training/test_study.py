@@ -14,8 +14,8 @@ from t2t.checkpoints import run as run_lib
 from t2t.cli import study_main
 from t2t.errors import T2TError
 from t2t.evaluation.results import best_checkpoints, task_score
-from t2t.training.study import StudyConfig, rows
 from t2t.testing import tiny_vocabulary
+from t2t.training.study import StudyConfig, rows
 
 pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses
 

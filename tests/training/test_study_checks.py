@@ -1,7 +1,6 @@
 """t2t-study before and around its runs: task checks before the first run, a killed run's sentence, the
 default training arguments for the machine's memory, and the heat map's title and colour scale."""
 
-import json
 import sys
 import textwrap
 

@@ -12,16 +12,16 @@ import time
 import pytest
 import torch
 
+from t2t import config
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
-from t2t import config
+from t2t.data.task import TASKS
 from t2t.errors import T2TError
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
-from t2t.training.progress import ProgressBar
-from t2t.data.task import TASKS
 from t2t.testing import tiny_vocabulary
 from t2t.training import train as train_module
 from t2t.training.adafactor import SHARDED_TORCH_FLOOR
+from t2t.training.progress import ProgressBar
 from t2t.training.train import TrainConfig, train
 
 pytestmark = pytest.mark.integration  # training runs, CLIs and subprocesses

@@ -2,10 +2,10 @@
 a step's losses independent of how its batch is split (each row's dropout masks from its own seed)."""
 
 import pytest
+from test_train import PACKED, copy_task, losses, settings  # noqa: F401 (copy_task: a fixture)
 
 from t2t.models import dropout, kernels
 from t2t.training.train import train
-from test_train import PACKED, copy_task, losses, settings  # noqa: F401 (copy_task: a fixture)
 
 pytestmark = pytest.mark.integration
 

@@ -7,12 +7,11 @@ import pytest
 import torch
 
 import t2t
-
+from t2t import config
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
-from t2t import config
-from t2t.evaluation import metrics
 from t2t.errors import T2TError
+from t2t.evaluation import metrics
 from t2t.models.t5 import T5, ModelConfig
 from t2t.testing import in_memory_task, temporarily_registered, tiny_vocabulary
 from t2t.training.train import TrainConfig, train
