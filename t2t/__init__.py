@@ -44,9 +44,4 @@ def __getattr__(name: str):
     return globals()[name]
 
 
-__all__ = ["from_hf", "to_hf", "load_model", "from_t5x", "T5", "ModelConfig", "SentencePieceVocabulary",
-           "Vocabulary", "load_vocabulary", "register_vocabulary",
-           "Task", "Mixture", "Feature", "register_task", "register_mixture", "get_task", "get_mixture",
-           "register_objective", "get_objective",
-           "Source", "HFDataset", "DataFiles", "JsonlFiles", "CsvFiles", "TsvFiles", "TextFiles", "InMemorySource",
-           "GeneratorSource", "rate_num_examples", "rate_unsupervised", "rate_equal", "T2TError", "preprocessors", "metrics"]
+__all__ = ["T2TError", *(name for names in _EXPORTS.values() for name in names), *_LAZY_SUBMODULES]
