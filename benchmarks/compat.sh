@@ -8,6 +8,7 @@
 #   floor    Python 3.11, torch 2.7.1 (the floor setup.cfg declares), transformers 5
 #   newest   Python 3.12, torch 2.15, transformers 5
 #   py310    Python 3.10 (the oldest Python declared), torch 2.7.1
+#   py313    Python 3.13 (the newest Python tested), torch 2.13
 #   tf4      Python 3.11, torch 2.13, transformers 4.57 through the hf4 extra (huggingface_hub < 1.0)
 # Each runs the model and data unit tests, HF interop (parity, conversion, export), 2-process DDP and FSDP
 # against 1 process, and a 5-step training run on RTE. PyPI's torch wheels are CUDA builds of several GB: the
@@ -23,7 +24,7 @@ envs=()
 for arg in "$@"; do
     if [[ $arg == --keep ]]; then keep=1; else envs+=("$arg"); fi
 done
-[[ ${#envs[@]} -gt 0 ]] || envs=(floor newest py310 tf4)
+[[ ${#envs[@]} -gt 0 ]] || envs=(floor newest py310 py313 tf4)
 mkdir -p "$out"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 [[ -n ${T2T_DATA_DIR:-} ]] || echo "T2T_DATA_DIR is not set: the real-data tests skip and the training run fails"
@@ -34,10 +35,11 @@ HF=(tests/models/test_hf_parity.py tests/checkpoints/test_hf.py tests/checkpoint
 PROCESSES=(tests/training/test_train.py::test_two_processes_match_one tests/training/test_adafactor_sharded.py)
 
 # name: python version, torch requirement, t2t's extras, further requirements
-declare -A PYTHON=([floor]=3.11 [newest]=3.12 [py310]=3.10 [tf4]=3.11)
-declare -A TORCH=([floor]="torch==2.7.1" [newest]="torch==2.15.*" [py310]="torch==2.7.1" [tf4]="torch==2.13.0")
-declare -A EXTRAS=([floor]=test [newest]=test [py310]=test [tf4]=test,hf4)
-declare -A MORE=([floor]="" [newest]="" [py310]="" [tf4]="transformers==4.57.*")
+declare -A PYTHON=([floor]=3.11 [newest]=3.12 [py310]=3.10 [py313]=3.13 [tf4]=3.11)
+declare -A TORCH=([floor]="torch==2.7.1" [newest]="torch==2.15.*" [py310]="torch==2.7.1" [py313]="torch==2.13.0"
+                  [tf4]="torch==2.13.0")
+declare -A EXTRAS=([floor]=test [newest]=test [py310]=test [py313]=test [tf4]=test,hf4)
+declare -A MORE=([floor]="" [newest]="" [py310]="" [py313]="" [tf4]="transformers==4.57.*")
 
 find_python() {  # a pyenv build of that version, else pythonX.Y on PATH
     local found
