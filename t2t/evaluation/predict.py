@@ -14,7 +14,7 @@ import json
 import logging
 import numbers
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 import numpy as np
 
@@ -52,28 +52,71 @@ class PredictConfig(DecodingConfig):
 
 def predict(cfg: PredictConfig, lines: Iterable[str]) -> list[str]:
     """The decoded string for each input line, in order (the lines are checked before the model loads)."""
+    cfg = run_settings(cfg)
+    task = prediction_task(cfg.task)
+    reference = reference_examples(task, cfg.data_dir) if task else []
+    texts = [input_text(line, number, task, reference) for number, line in enumerate(lines, 1)]
+    if not texts:
+        return []
+    predictor = Predictor.load(cfg)
+    decoded, _ = predictor.decode(predictor.encode(texts, task), cfg)
+    return decoded
+
+
+def run_settings(cfg: PredictConfig) -> PredictConfig:
+    """``cfg`` with the run's vocabulary, modules and data dir where the user gave none, once the run's modules
+    may be imported (t2t.checkpoints.run.require_module_consent), and those modules imported."""
     if not cfg.checkpoint:
         raise T2TError("no model given; pass --checkpoint (a run's output dir, a checkpoint, or a HF T5).")
     given = cfg
     _, cfg = pinned(given.checkpoint, lambda folder: trusted_run_settings(given, folder))
     load_modules(cfg.modules)
-    task = get_task_or_mixture(cfg.task) if cfg.task else None
+    return cfg
+
+
+def prediction_task(name: str | None) -> Task | None:
+    """The task named ``name`` (None for none), which must not be a mixture."""
+    task = get_task_or_mixture(name) if name else None
     if task is not None and not isinstance(task, Task):
-        raise T2TError(f"{cfg.task!r} is a mixture; pass one of its tasks to --task.")
-    reference = reference_examples(task, cfg.data_dir) if task else []
-    texts = [input_text(line, number, task, reference) for number, line in enumerate(lines, 1)]
-    if not texts:
-        return []
-    device = distributed.pick_device(cfg.device)
-    _, (model, vocab) = pinned(cfg.checkpoint, lambda folder: load_model_and_vocabulary(
-        folder, cfg.vocab, cfg.data_dir, cfg.verify_checkpoints))
-    inputs, cut = trim_inputs([encode(text, task, vocab) for text in texts], cfg.input_length, vocab.eos_id)
-    if cut:
-        log.warning("%d of %d inputs are longer than input_length (%d tokens) and were cut to it, EOS kept last "
-                    "(as T5 evaluates); set --input-length to keep more.", cut, len(texts), cfg.input_length)
-    decoded, _ = decode_in_batches(model.to(device), inputs, vocab, cfg, max_new_tokens=max_length(cfg),
-                                   device=device, precision=cfg.precision, desc="predict")
-    return decoded
+        raise T2TError(f"{name!r} is a mixture; pass one of its tasks to --task.")
+    return task
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A loaded model with its vocabulary, on its device: t2t-predict loads one per command, t2t-serve one per
+    process and decodes every request's batch with it, the same way."""
+    model: Any
+    vocab: Any
+    device: Any
+    precision: str
+    input_length: int
+    max_new_tokens: int  # tokens decoded when a request sets no max_length (``max_length``)
+
+    @classmethod
+    def load(cls, cfg: PredictConfig) -> "Predictor":
+        """The model and vocabulary of ``cfg.checkpoint`` (settings from :func:`run_settings`)."""
+        device = distributed.pick_device(cfg.device)
+        _, (model, vocab) = pinned(cfg.checkpoint, lambda folder: load_model_and_vocabulary(
+            folder, cfg.vocab, cfg.data_dir, cfg.verify_checkpoints))
+        return cls(model.to(device).eval(), vocab, device, cfg.precision, cfg.input_length, max_length(cfg))
+
+    def encode(self, texts: list[str], task: Task | None) -> list[np.ndarray]:
+        """Token ids of ``texts`` as the task pipeline makes them, cut to ``input_length`` as T5 evaluates."""
+        inputs, cut = trim_inputs([encode(text, task, self.vocab) for text in texts], self.input_length,
+                                  self.vocab.eos_id)
+        if cut:
+            log.warning("%d of %d inputs are longer than input_length (%d tokens) and were cut to it, EOS kept "
+                        "last (as T5 evaluates); set --input-length to keep more.", cut, len(texts),
+                        self.input_length)
+        return inputs
+
+    def decode(self, inputs: list[np.ndarray], decoding: DecodingConfig, desc: str = "predict"
+               ) -> tuple[list[str], int]:
+        """The decoded strings of ``inputs`` in order, and the tokens generated (``decode_in_batches``)."""
+        return decode_in_batches(self.model, inputs, self.vocab, decoding,
+                                 max_new_tokens=decoding.max_length or self.max_new_tokens, device=self.device,
+                                 precision=self.precision, desc=desc)
 
 
 def reference_examples(task: Task, data_dir) -> list[dict]:
@@ -95,10 +138,15 @@ def input_text(line: str, number: int, task: Task | None, reference: list[dict])
     """The input string of one line: the line itself, or with a task its raw fields (JSON) preprocessed."""
     if task is None:
         return line
-    raw = parse_fields(line, number, task)
+    return example_text(parse_fields(line, number, task), f"input line {number}", task, reference)
+
+
+def example_text(raw: dict, where: str, task: Task, reference: list[dict]) -> str:
+    """The ``inputs`` string of one example's raw fields, checked against the task's data (``reference``)
+    where there is some; an error names the example as ``where`` says ("input line 3")."""
     if reference:
-        raw = checked_fields(raw, number, task, reference)
-    return preprocessed_inputs(task, raw, number)
+        raw = checked_fields(raw, where, task, reference)
+    return preprocessed_inputs(task, raw, where)
 
 
 def parse_fields(line: str, number: int, task: Task) -> dict:
@@ -114,7 +162,7 @@ def parse_fields(line: str, number: int, task: Task) -> dict:
     return raw
 
 
-def checked_fields(raw: dict, number: int, task: Task, reference: list[dict]) -> dict:
+def checked_fields(raw: dict, where: str, task: Task, reference: list[dict]) -> dict:
     """``raw`` checked against the fields of the task's data (names, JSON types), with the fields it leaves
     out taken from the data's first example, where the inputs do not depend on them: a prediction needs no
     gold label, and a real one passes whatever checks the task's preprocessors make of it (an invented one,
@@ -124,18 +172,18 @@ def checked_fields(raw: dict, number: int, task: Task, reference: list[dict]) ->
     first = reference[0]
     unknown = sorted(set(raw) - set(first))
     if unknown:
-        raise T2TError(f"input line {number} has field {unknown[0]!r}, which task {task.name}'s data does not "
+        raise T2TError(f"{where} has field {unknown[0]!r}, which task {task.name}'s data does not "
                        f"have (its fields: {', '.join(first)}); {hint}.")
     for key, value in raw.items():
         if first[key] is not None and json_kind(value) != json_kind(first[key]):
-            raise T2TError(f"input line {number}: field {key!r} must be {json_kind(first[key])}, as in task "
+            raise T2TError(f"{where}: field {key!r} must be {json_kind(first[key])}, as in task "
                            f"{task.name}'s data, got {value!r}; {hint}.")
     filled = {**first, **raw}
-    inputs = preprocessed_inputs(task, filled, number)
+    inputs = preprocessed_inputs(task, filled, where)
     for key in first.keys() - raw.keys():
         if any(inputs_or_none(task, {**filled, key: other}) not in (None, inputs)
                for other in other_values(key, reference)):
-            raise T2TError(f"input line {number} has no field {key!r}, which task {task.name}'s inputs are made "
+            raise T2TError(f"{where} has no field {key!r}, which task {task.name}'s inputs are made "
                            f"from; {hint}.")
     return filled
 
@@ -176,17 +224,17 @@ def empty_like(value):
     return empty.get(json_kind(value))
 
 
-def preprocessed_inputs(task: Task, raw: dict, number: int) -> str:
-    """The ``inputs`` string task's text preprocessing makes of ``raw``; a failure names the line."""
+def preprocessed_inputs(task: Task, raw: dict, where: str) -> str:
+    """The ``inputs`` string task's text preprocessing makes of ``raw``; a failure names the example (``where``)."""
     try:
         return task.preprocess(raw)["inputs"]
     except T2TError as e:
-        raise T2TError(f"input line {number}: {e}") from None
+        raise T2TError(f"{where}: {e}") from None
     except KeyError as e:
-        raise T2TError(f"input line {number} has no field {e.args[0]!r}, which task {task.name}'s preprocessing "
+        raise T2TError(f"{where} has no field {e.args[0]!r}, which task {task.name}'s preprocessing "
                        f"reads; give the task's raw fields (t2t-show --task {task.name} --raw prints some).") from None
     except PREPROCESSOR_ERRORS as e:
-        raise T2TError(f"input line {number}: task {task.name}'s preprocessing cannot read its fields ({e}); "
+        raise T2TError(f"{where}: task {task.name}'s preprocessing cannot read its fields ({e}); "
                        f"give the task's raw fields with their types (t2t-show --task {task.name} --raw prints "
                        f"some).") from None
 
