@@ -51,7 +51,7 @@ from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.durable import write_atomic
 from t2t.data.vocab import RECORD_FILE, SentencePieceVocabulary, Vocabulary, load_vocabulary, recorded_file
 from t2t.errors import T2TError
-from t2t.models.t5 import resolve_model_config
+from t2t.models.presets import COMPUTE_FIELDS, resolve_model_config
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ SCHEDULE_SETTINGS = {"linear": "train_steps", "cosine": "train_steps"}
 
 # Model fields a run derives from other settings: the vocabulary, dropout_rate, transfer.adapter_dim.
 DERIVED_MODEL_FIELDS = frozenset({"vocab_size", "dropout_rate", "adapter_dim"})
+# model fields a resumed run may change with --allow-changed-settings (the weights stay; dropout masks differ)
+_COMPUTE_KEYS = frozenset(f"model.{name}" for name in COMPUTE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -329,7 +331,7 @@ def check_resume(run: Run, settings: dict, allow_changed: bool = False, defaults
     changes += model_changes(run.settings.get("model"), settings.get("model"))
     if settings.get("vocab") and run.vocab and not same_vocabulary(settings["vocab"], run.vocab):
         changes.append(("vocab", run.vocab, settings["vocab"]))
-    model = [c for c in changes if c[0].split(".")[0] == "model"]
+    model = [c for c in changes if c[0].split(".")[0] == "model" and c[0] not in _COMPUTE_KEYS]
     if model:  # resuming builds the checkpoint's model: a changed one would be logged but not trained
         listed = "; ".join(f"{key} {_show(old)} → {_show(new)}" for key, old, new in model)
         raise T2TError(f"resuming {run.path} with a changed model ({listed}): a run's model is fixed by its "

@@ -71,6 +71,11 @@ class ModelConfig:
         return self.architecture in ("encoder_decoder", "shared_encoder_decoder")
 
 
+#: fields that choose how the network computes, not what it is: a model loaded from weights (``--init-from``,
+#: a resumed checkpoint) takes them from the settings rather than comparing them with the weights' config
+COMPUTE_FIELDS = frozenset({"attention", "kernels"})
+
+
 def resolve_model_config(setting: str | Path | Mapping) -> ModelConfig:
     """The ``model`` setting: a preset name or file, or ``{"preset": name, <field>: value, …}`` whose fields
     override the preset's (``--set model.num_layers=3``); without a preset the fields override the defaults.

@@ -34,6 +34,8 @@ from t2t.errors import T2TError
 from t2t.evaluation.evaluate import validation_metrics
 from t2t.models import distributed, kernels
 from t2t.models.dropout import row_generators
+from t2t.models.flex import require_flex_attention
+from t2t.models.presets import COMPUTE_FIELDS
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.terminal import raise_if_interrupted
 from t2t.training.loggers import (
@@ -430,10 +432,12 @@ def build_model(cfg: TrainConfig, vocab, resume_from: Path | None = None, init_f
     if resume_from is not None:
         model = load_model(resume_from, verify=cfg.verify_checkpoints)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, f"checkpoint {resume_from}")
+        set_compute_fields(model, cfg.model)
     elif init_from:
         model = load_model(init_from, verify=cfg.verify_checkpoints)
         check_model_settings(cfg.model, model.config, cfg.init_from)
         run_lib.check_vocabulary_fits(model.config.vocab_size, vocab, cfg.init_from)
+        set_compute_fields(model, cfg.model)
     else:
         model_cfg = resolve_model_config(cfg.model or DEFAULT_MODEL)
         if isinstance(cfg.model, dict) and "vocab_size" in cfg.model:  # set explicitly: must fit
@@ -460,7 +464,7 @@ def check_model_settings(setting: str | dict | None, loaded: ModelConfig, source
     given = effective(resolve_model_config(setting) if named else config.from_dict(ModelConfig, fields, "model"))
     have = effective(loaded)
     compared = [k for k in have if k not in run_lib.DERIVED_MODEL_FIELDS] if named else []
-    differ = sorted({k for k in [*compared, *fields] if given[k] != have[k]})
+    differ = sorted({k for k in [*compared, *fields] if k not in COMPUTE_FIELDS and given[k] != have[k]})
     if not differ:
         return
     key = differ[0]
@@ -469,6 +473,20 @@ def check_model_settings(setting: str | dict | None, loaded: ModelConfig, source
     raise T2TError(f"{what} differs from the model loaded from {source} ({key} {have[key]!r}, not "
                    f"{given[key]!r}); leave it out to train the loaded model, or leave out --init-from to train "
                    f"from scratch.")
+
+
+def set_compute_fields(model: T5, setting: str | dict | None) -> None:
+    """Give a loaded ``model`` the attention kernel and CPU kernels the ``model`` setting names explicitly
+    (``--set model.kernels=plain``): they change how it computes, not its weights."""
+    given = {k: v for k, v in setting.items() if k in COMPUTE_FIELDS} if isinstance(setting, dict) else {}
+    if not given:
+        return
+    config.from_dict(ModelConfig, {**config.to_dict(model.config), **given}, "model")  # one sentence if invalid
+    for key, value in given.items():
+        setattr(model.config, key, value)  # in place: the model's stacks share its config
+    if model.config.attention == "flex":
+        require_flex_attention()
+    kernels.apply(model, model.config.kernels)
 
 
 def effective(model_cfg: ModelConfig) -> dict:
