@@ -23,7 +23,7 @@ Measures, in one process on this machine's CPU:
    (rank 0 places every example of the global batch and draws those of its 16 rows where their lengths are
    known without drawing).
 
-Writes ``benchmarks/results/pipeline.json``; the numbers are summarised in benchmarks/README.md.
+Writes ``benchmarks/results/pipeline.json``; the numbers are logged in benchmarks/results/HISTORY.md.
 """
 
 from __future__ import annotations

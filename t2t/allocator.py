@@ -5,7 +5,7 @@ mmap and unmaps it when it is freed, so the next activation of that size faults 
 a time: filling a new 32 MB tensor took 13 ms here, against 0.7 ms for one whose memory was reused. Training
 and decoding free and reallocate such tensors at every step. Keeping every block in the heap makes training
 steps faster by 5-20% for about 10% more peak memory, which the process then holds until it exits
-(benchmarks/README.md, "Model"). tcmalloc (``LD_PRELOAD``) ran at the same speed; jemalloc with its defaults
+(benchmarks/results/HISTORY.md, "Model"). tcmalloc (``LD_PRELOAD``) ran at the same speed; jemalloc with its defaults
 was slower than glibc's. A Python caller that wants the system's malloc simply does not call this (commands
 always do: ``t2t.cli.common.run_cli``).
 """

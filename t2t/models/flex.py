@@ -46,7 +46,7 @@ def flex_bias(allowed: torch.Tensor, q_len: int, score_mod: Callable | None = No
 
 
 # torch 2.11's default forward configuration for T5's score_mod asks a GPU with 227 KB of shared memory for
-# 240 KB and fails to compile; with two pipeline stages instead of three it fits, as fast (benchmarks/README.md).
+# 240 KB and fails to compile; with two pipeline stages instead of three it fits, as fast (benchmarks/results/HISTORY.md).
 GPU_FLEX_KERNEL_OPTIONS = {"num_stages": 2}
 
 

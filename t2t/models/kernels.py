@@ -2,7 +2,7 @@
 
 The network (t5.py) is plain PyTorch: ``nn.Linear``, ``nn.ReLU``, the row-seeded ``dropout.Dropout``, SDPA.
 ``apply(model, "auto")`` swaps in this module's tuned forms, each of which takes its fast path only where it
-was measured to pay (benchmarks/README.md, "Model") and is the plain operation everywhere else;
+was measured to pay (benchmarks/results/HISTORY.md, "Model") and is the plain operation everywhere else;
 ``apply(model, "plain")`` swaps the plain ones back. Every private torch operator t2t uses is here, behind a
 check: a missing operator leaves the plain path, and one that fails on first use is given up with one log line.
 

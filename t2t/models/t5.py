@@ -211,7 +211,7 @@ def fused_projections(h: torch.Tensor) -> bool:
     """Whether attention multiplies ``h`` by its q|k|v (cross-attention: k|v) weights concatenated at every
     call, one product where there were three (two), checkpoint names unchanged: on CUDA, where a small batch's
     step is bound by kernel launches; not on the CPU, where the wider product is the slower
-    (benchmarks/README.md, "Model")."""
+    (benchmarks/results/HISTORY.md, "Model")."""
     return h.is_cuda
 
 
@@ -701,7 +701,7 @@ class T5(nn.Module):
         ``flex.compiled_flex_attention``), and evaluation pads each batch to its own longest input, so a
         flex model evaluated on a dataset compiled again at nearly every batch and, past dynamo's limit of
         graphs, ran flex's unfused reference. SDPA computes the same attention (tests/models/
-        test_flex_attention.py) without compiling, about as fast for inference (benchmarks/README.md)."""
+        test_flex_attention.py) without compiling, about as fast for inference (benchmarks/results/HISTORY.md)."""
         kind, self.config.attention = self.config.attention, "sdpa"
         try:
             yield self
