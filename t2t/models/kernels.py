@@ -54,12 +54,10 @@ PACKS_BF16 = CAN_PACK and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 def onednn_for_plain_weights(capability: str, cpu_description: str) -> bool:
     """Whether oneDNN, not MKL, should multiply by plain (unpacked) weights (in training, the encoder and
-    scoring) on a CPU with torch's ``capability`` and a ``cpu_description`` naming its vendor. Only on AMD
-    CPUs with AVX-512 (Zen 4: about twice MKL's rate). On AVX2 CPUs MKL is the faster (AMD Zen 3: a t5-small
-    training step 6-17% faster, eager and compiled; the encoder 3-9%), and on Intel CPUs with AVX-512 too (a
-    Xeon with AMX: MKL 1.2-1.8× oneDNN's rate on t5-small's weight gradients, 1.0-1.25× on its other
-    products; training steps 7-12% faster). Products by packed weights (decoding steps) beat MKL's plain ones
-    on all of them (oneDNN's at 32 rows 1.3-2.8× MKL's plain rate)."""
+    scoring) on a CPU with torch's ``capability`` and a ``cpu_description`` naming its vendor: only on AMD
+    CPUs with AVX-512, the one kind where oneDNN's fp32 product was measured the faster; MKL's is the faster
+    on AVX2 CPUs and on Intel CPUs with AVX-512 (benchmarks/results/HISTORY.md, "Model"). Products by packed
+    weights (decoding steps) beat MKL's plain ones on all of them."""
     return capability == "AVX512" and "AuthenticAMD" in cpu_description
 
 
@@ -80,11 +78,8 @@ ONEDNN_UNPACKED = onednn_for_plain_weights(torch.backends.cpu.get_cpu_capability
 
 def mkl_for_packed_weights(capability: str, cpu_description: str) -> bool:
     """Whether MKL's packed GEMM, not oneDNN's, should multiply by packed weights (``packed_weights``): on Intel
-    CPUs with AVX-512. On a Xeon with AMX, in greedy decoding of t5-small (32 × 128→32, fp32, 2 threads) the
-    steps' products took 0-12% less time in five same-process comparisons (0.62 against 0.70 s a call at
-    best), whole calls 1.02-1.08× as fast, with the same tokens and the same peak memory. Elsewhere oneDNN's,
-    as measured on AMD CPUs (where MKL's plain products are slower than oneDNN's packed ones; its packed ones
-    were not measured there)."""
+    CPUs with AVX-512, where it decoded a little faster with the same tokens and peak memory. Elsewhere
+    oneDNN's, the one measured on AMD CPUs."""
     return capability == "AVX512" and "GenuineIntel" in cpu_description
 
 
@@ -182,8 +177,8 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 @functools.cache
 def _warn_if_bf16_is_emulated() -> None:
-    """Once a process: bf16 on a CPU without bf16 instructions. A t5-tiny training step on an AVX2 Zen 3 ran
-    at 1,236 tokens/s in bf16 against 5,700-8,000 in fp32."""
+    """Once a process: bf16 on a CPU without bf16 instructions, which emulates it several times slower than
+    fp32."""
     if not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
         log.warning("precision=bf16 on this CPU, which has no bf16 instructions (AVX512-BF16, AMX): bf16 is "
                     "emulated, several times slower than fp32; set precision=fp32 here.")
@@ -217,10 +212,8 @@ def _packed_product_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype 
 
     fp32; and bf16 under the CPU's bf16 autocast in compiled code, where oneDNN has bf16 kernels
     (``PACKS_BF16``): a compiled decoding step computes autocast's casts of the weights at every call (there is
-    no cache of cast weights inside a graph), which in greedy decoding of t5-small on a Xeon with AMX took more
-    time than the products themselves. Eager steps keep autocast's cache of cast weights: products by cached
-    casts and by packed copies took the same time, and whole eager calls were 4% faster with the cache (faster
-    in 16 of 20 alternations)."""
+    no cache of cast weights inside a graph), which can take longer than the products themselves. Eager steps
+    keep autocast's cache of cast weights, which is as fast as packed copies."""
     if _packed is None or torch.is_grad_enabled():
         return None
     if _use_onednn(x, weight):  # fp32 on the CPU, autocast off
@@ -298,9 +291,8 @@ _masks_drawn = torch.zeros((), dtype=torch.int64)
 def _draw_keep_mask(masks_drawn: torch.Tensor, shape: list[int], threshold: int) -> torch.Tensor:
     """A CPU uint8 mask of ``shape``: 1 where a 15-bit draw is at least ``threshold``, else 0.
 
-    The draws are numpy's, whose SFC64 words come 2.2× faster than torch's ``random_`` (a [8, 128, 2048]
-    mask took 1.0 ms instead of 2.0 ms). uint8 rather than bool: torch's CPU kernels convert bool to float
-    without vectorizing (multiplying by a [8, 128, 2048] mask took 1.01 ms as bool, 0.43 ms as uint8)."""
+    The draws are numpy's, whose SFC64 words come about twice as fast as torch's ``random_``. uint8 rather
+    than bool: torch's CPU kernels convert bool to float without vectorizing."""
     masks_drawn.add_(1)
     generators = _bit_generators()
     rows = len(generators)
@@ -355,11 +347,9 @@ _relu.register_autograd(lambda ctx, grad: _relu_backward(grad, *ctx.saved_tensor
 
 def relu(x: torch.Tensor) -> torch.Tensor:
     """``F.relu``; on the CPU, where autograd records it, an opaque op whose backward reads the saved output.
-    Compiled as ``F.relu``, the training graph saves ``out <= 0`` as a bool tensor instead, and inductor's CPU
-    code (torch 2.13) stores bools 25-35× slower than eager: 17 ms against 0.5-0.7 for a [8, 128, 2048] mask
-    (one thread), about a tenth of a compiled t5-small training step. Without autograd it stays ``F.relu``,
-    which compiled code fuses: as the opaque op, a compiled t5-small encoder over 32 × 128 tokens spent 5-14 ms
-    a layer in it (a Xeon, fp32)."""
+    Compiled as ``F.relu``, the training graph saves ``out <= 0`` as a bool tensor instead, which inductor's
+    CPU code stores many times slower than eager code does. Without autograd it stays ``F.relu``, which
+    compiled code fuses (as the opaque op it would not be)."""
     if x.device.type == "cpu" and torch.is_grad_enabled() and x.requires_grad:
         return _relu(x)
     return F.relu(x)
@@ -411,12 +401,10 @@ def _scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torc
     return scores if bias is None else scores + bias
 
 
-#: Whether SDPA takes bf16 attention of one query on this CPU: where AMX runs its kernel (a Xeon, one query over
-#: 32 × 8 × 128 keys: 629 against 792 µs by ``_single_query_attention``; over 512 keys 1.6 against 2.9 ms).
-#: Elsewhere, and in fp32 everywhere, the two matrix-vector products are the faster. Compiled code takes the
-#: same path as eager code: inductor's kernels for the two products beat SDPA in a compiled step on that Xeon
-#: (greedy t5-small bf16: 1.08-1.09× whole calls), but round the scores to bf16 where SDPA keeps them in fp32,
-#: and changed 1 of 64 STS-B predictions of a smoke-test model against eager decoding (0 of 64 with SDPA).
+#: Whether SDPA takes bf16 attention of one query on this CPU: where AMX runs its kernel, it is the faster.
+#: Elsewhere, and in fp32 everywhere, the two matrix-vector products are. Compiled code takes the same path
+#: as eager code: inductor's kernels for the two products are a little faster, but round the scores to bf16
+#: where SDPA keeps them in fp32, and changed a prediction that eager decoding did not.
 ONE_QUERY_BF16_BY_SDPA = torch.cpu._is_amx_tile_supported()
 
 
@@ -427,9 +415,7 @@ def _one_query_by_sdpa(q: torch.Tensor) -> bool:
 def _single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             bias: torch.Tensor | None) -> torch.Tensor:
     """Attention of one query per row (a decoding step) as two matrix-vector products, the softmax in fp32.
-    On the CPU, SDPA's blocked kernel is slower for one query: greedy decoding of t5-small at 32 × 128→32
-    took 1.77 s with it against 1.35 s this way in bf16 (Zen 4, one thread), and 2.16 against 2.11 s in fp32
-    (one query over 32 × 8 × 128 keys on a Xeon: 659 against 928 µs); bf16 on AMX excepted
+    On the CPU, SDPA's blocked kernel is slower for one query, bf16 on AMX excepted
     (``ONE_QUERY_BF16_BY_SDPA``). In bf16 the scores are rounded to bf16 before the softmax, as autocast's
     matmul rounds them (and transformers' eager attention); SDPA's kernel keeps them in fp32."""
     return _scores(q, k, bias).softmax(-1, dtype=torch.float32).to(v.dtype) @ v

@@ -10,8 +10,7 @@ torch has a ``_foreach`` op for the small statistics, one parameter at a time fo
 is torch's), and out of place wherever a norm is reduced. It is also faster on the CPU: the row and column
 statistics are means of g² rather than squared norms (torch's norm down the columns is slow there), and the
 row factor is divided by its mean before the outer product rather than after, which saves a pass over the
-matrix (t5-small's step, fp32, 2 threads of an AVX2 EPYC: 123 ms against torch's 242, alternating in one
-process: benchmarks/bench_optimizer.py). Its parameter scale and clipping divisor are float32 where torch's
+matrix (about half the time of torch's step on the CPU: benchmarks/bench_optimizer.py). Its parameter scale and clipping divisor are float32 where torch's
 are Python floats, and its sums are taken in another order, so the two differ by float32 rounding (a few
 units in the last place of each update).
 """

@@ -15,7 +15,7 @@ Every run is a ``t2t-train`` in its own folder under ``output_dir`` and every sc
 own run, while a cell whose module files changed since it recorded them is refused as by plain t2t-eval),
 each in a process of its own: an interrupted study resumes where it stopped (finished cells are read back,
 unfinished runs resume from their last checkpoint). ``jobs`` runs go side by side, dividing the cores
-between them (two runs that each took a thread per core were measured ≈27x slower per step than one alone).
+between them (two runs that each took a thread per core ran many times slower per step than one alone).
 Writes ``results.csv``, ``results.md`` and ``heatmap.png`` into ``output_dir``.
 
 Nothing stale is reused: each run folder records the ``t2t-train`` arguments that made it
