@@ -447,6 +447,8 @@ def rank_classification(
     weights = np.array([target[2] for target, _ in rows], dtype=np.float64).reshape(-1, num_classes)[:, 0]
     log_likelihoods = np.array([score for _, score in rows], dtype=np.float32).reshape(-1, num_classes)
     predictions = log_likelihoods.argmax(-1)
+    if not weights.any():
+        raise _weightless()
     accuracy = 100 * float(np.average(is_correct[np.arange(len(predictions)), predictions], weights=weights))
     if (is_correct.sum(-1) > 1).any():
         return {"accuracy": accuracy}
@@ -499,7 +501,14 @@ def _likeliest_choice_accuracy(rows: list[tuple[tuple, float]]) -> float:
         _, is_correct, weight, _ = targets[int(np.argmax(scores))]
         correct += is_correct * weight
         total += weight
+    if not total:
+        raise _weightless()
     return 100 * float(correct) / float(total)
+
+
+def _weightless() -> T2TError:
+    return T2TError("metric rank_classification got weight 0 for every example, so it has no accuracy to report; "
+                    "give the examples that count a positive weight.")
 
 
 def _check_choices_per_example(rows: list[tuple[tuple, float]], num_classes: int) -> None:

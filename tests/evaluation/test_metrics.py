@@ -531,6 +531,8 @@ def test_rank_classification_compares_scores_in_float32_as_t5():
          [-1.0, -2.0, -3.0, -1.0], {"num_classes": 2}, "3 choices for example 0 but num_classes=2"),
         ([((0, 0), True, 1, 1)], [-1.0], {"num_classes": 1}, "num_classes of at least 2"),
         ([((0, 0), True, 1, 1)], ["likely"], {}, "one number per score"),
+        ([((0, 0), True, 0, 1), ((0, 1), False, 0, 1)], [-1.0, -2.0], {}, "weight 0 for every example"),
+        ([((0, 0), True, 0, 1), ((0, 1), False, 0, 1)], [-1.0, -2.0], {"num_classes": 2}, "weight 0 for every"),
     ],
 )
 def test_rank_classification_bad_input(targets, scores, kwargs, message):
