@@ -13,6 +13,9 @@ of one group of documents (``t2t.data.pipeline.STREAM_SHUFFLE_BUFFER``). The pre
 on its own instead (t5's ``prefix_lm``: ``split_tokens_to_inputs_length`` with no concatenation), so no example
 spans two documents.
 
+``c4_ul2`` is UL2's mixture of denoisers (``t2t.data.ul2``: R-, S- and X-denoisers, each example's inputs opened
+by its mode token) over the same streamed C4, at UL2's 512/512.
+
 ``c4_v020_unsupervised`` is the unsupervised member of the paper's multi-task mixtures (``t2t.mixtures.multitask``):
 the same streamed C4 under the paper's baseline objective (§3.1.4, i.i.d. noise with each run of corrupted
 tokens replaced by one sentinel, t5's ``iid_denoising``); in the t5 library its objective is set by gin.
@@ -26,7 +29,7 @@ the buffer above differs between seeds.
 from __future__ import annotations
 
 from t2t import HFDataset, register_task
-from t2t.tasks.text_files import unsupervised_task
+from t2t.tasks.text_files import UL2_SEQUENCE_LENGTH, unsupervised_task
 
 C4_HUB_ID, C4_CONFIG = "allenai/c4", "en"
 # allenai/c4 "en": document counts of the train and validation splits (c4/en:2.2.0 in TFDS).
@@ -59,3 +62,9 @@ c4_v220_full_lm = register_task(
 c4_v220_prefix_lm = register_task(
     unsupervised_task("c4_v220_prefix_lm", c4_source(), "prefix_lm", docs_per_group=128,
                       description="Table 2's prefix LM objective: C4 en chunks split at a uniformly random point"))
+
+# UL2's mixture of denoisers (Tay et al. 2022, §3.1.2; t2t.data.ul2) over the same streamed C4, as UL2 20B was
+# pre-trained (C4, 512/512); documents concatenated in groups of 128 as its released ul2_objective does.
+c4_ul2 = register_task(
+    unsupervised_task("c4_ul2", c4_source(), "ul2", docs_per_group=128, sequence_length=UL2_SEQUENCE_LENGTH,
+                      description="UL2's mixture of denoisers (R, S and X, with mode tokens) over C4 en"))

@@ -27,6 +27,8 @@ objectives comparison of T5 §3.3 (Tables 3-5), ``corpus_<objective>`` for every
 ``corpus_random_spans`` and ``corpus_full_lm`` (Table 2's LM objective: the text, each document ended by EOS, cut
 into chunks of ``target_length`` tokens, each the whole target, no inputs; for decoder-only models).
 The whole-text targets of BERT-style, MASS-style and deshuffling need ``target_length >= input_length``.
+``corpus_ul2`` is UL2's mixture of denoisers (``t2t.data.ul2``) over the same folder, 512/512 by default; its
+chunks are as long as every denoiser allows at the run's lengths (507 tokens at 512/512 with T5's vocabulary).
 """
 
 from __future__ import annotations
@@ -140,17 +142,27 @@ class TextFolderSource(Source):
         return f"text files under {self.folder}"
 
 
+def split_into_chunks(examples, *, vocab, sequence_length, length, docs_per_group: int | None):
+    """``concat_and_split`` of the ``targets`` text into chunks of ``length(sequence_length, vocab=vocab)``
+    tokens: the objective's ``chunk_length`` for this run's lengths and vocabulary (UL2's depends on how many
+    ids its mode tokens take)."""
+    return preprocessors.concat_and_split(examples, vocab=vocab, sequence_length=sequence_length,
+                                          length=length(sequence_length, vocab=vocab), feature_key="targets",
+                                          docs_per_group=docs_per_group)
+
+
 def unsupervised_task(name: str, source: Source, objective: str | preprocessors.Objective = "span_corruption",
-                      *, docs_per_group: int | None = None, description: str = "", **objective_options) -> Task:
+                      *, docs_per_group: int | None = None, description: str = "",
+                      sequence_length: dict[str, int] | None = None, **objective_options) -> Task:
     """A Task that turns ``source``'s ``{"text": ...}`` examples into ``objective`` training examples
     (t5's rekey → tokenize → reduce_concat_tokens + split_tokens → objective). ``objective`` is a registered
     name (``t2t.register_objective``) or a function; ``objective_options`` are its options. The objectives of
     ``t2t.preprocessors.PER_DOCUMENT_OBJECTIVES`` (prefix LM, deshuffling) split each document on its own, as t5
-    does: ``docs_per_group`` is 1 for them."""
+    does: ``docs_per_group`` is 1 for them. ``sequence_length`` is the task's default training lengths."""
     objective, objective_options = preprocessors.objective_and_options(objective, **objective_options)
     if objective in preprocessors.PER_DOCUMENT_OBJECTIVES:
         docs_per_group = 1
-    split = functools.partial(preprocessors.concat_and_split, feature_key="targets", docs_per_group=docs_per_group,
+    split = functools.partial(split_into_chunks, docs_per_group=docs_per_group,
                               length=functools.partial(preprocessors.chunk_length, objective=objective,
                                                        **objective_options))
     features, tokenized_preprocessors = default_output_features(), (split,)
@@ -167,6 +179,7 @@ def unsupervised_task(name: str, source: Source, objective: str | preprocessors.
         tokenized_preprocessors=tokenized_preprocessors,
         token_preprocessors=(functools.partial(preprocessors.denoise, objective=objective, **objective_options),),
         description=description or f"{objective.__name__} over {source.describe()}",
+        sequence_length=sequence_length,
     )
 
 
@@ -187,3 +200,7 @@ text_files_task("corpus_span_corruption", CORPUS_FOLDER, "span_corruption", alia
 for _name in preprocessors.PAPER_OBJECTIVES:
     if _name != "span_corruption":
         text_files_task(f"corpus_{_name}", CORPUS_FOLDER, _name)
+
+#: UL2's lengths: the paper trains its mixture of denoisers at 512/512 (the X-denoisers' targets are long).
+UL2_SEQUENCE_LENGTH = {"inputs": 512, "targets": 512}
+text_files_task("corpus_ul2", CORPUS_FOLDER, "ul2", sequence_length=UL2_SEQUENCE_LENGTH)

@@ -12,7 +12,9 @@ from three kinds of parts that are public here so tests (and users) can apply a 
 - a targets function: ``nonnoise_span_to_unique_sentinel``, ``drop_nonnoise_tokens``, or the original text.
 
 Tasks name their objective: ``OBJECTIVES`` maps names to the functions, ``register_objective`` (also a
-decorator) adds one, and ``get_objective(name, **options)`` gives it with its options bound.
+decorator) adds one, and ``get_objective(name, **options)`` gives it with its options bound. An objective that
+adds text of its own takes the run's vocabulary too (a ``vocab`` parameter, which ``denoise`` fills): UL2's
+mixture of denoisers (``ul2``, in ``t2t.data.ul2``) prepends its mode tokens that way.
 
 The arithmetic follows t5's ``t5/data/preprocessors.py``:
 
@@ -53,7 +55,8 @@ Objective = Callable[..., dict[str, np.ndarray]]
 NUM_RESERVED_TOKENS = 3
 
 
-def _as_ids(tokens: Tokens) -> np.ndarray:
+def as_ids(tokens: Tokens) -> np.ndarray:
+    """``tokens`` as one 1-d int64 array (one example's ids), or a one-sentence error."""
     ids = np.asarray(tokens, dtype=np.int64)
     if ids.ndim != 1:
         raise T2TError(f"objectives take one 1-d sequence of token ids, got shape {ids.shape}; pass one "
@@ -178,7 +181,7 @@ def _span_starts(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def noise_span_to_unique_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int) -> np.ndarray:
     """Replace the k-th run of noise tokens by the single sentinel ``vocab_size - 1 - k``."""
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     first, subsequent = _span_starts(np.asarray(noise_mask, dtype=bool))
     sentinels = vocab_size - np.cumsum(first)
     return np.where(first, sentinels, ids)[~subsequent]
@@ -191,12 +194,12 @@ def nonnoise_span_to_unique_sentinel(tokens: Tokens, noise_mask: np.ndarray, voc
 
 def drop_noise_tokens(tokens: Tokens, noise_mask: np.ndarray) -> np.ndarray:
     """Keep only the non-noise tokens."""
-    return _as_ids(tokens)[~np.asarray(noise_mask, dtype=bool)]
+    return as_ids(tokens)[~np.asarray(noise_mask, dtype=bool)]
 
 
 def drop_nonnoise_tokens(tokens: Tokens, noise_mask: np.ndarray) -> np.ndarray:
     """Keep only the noise tokens."""
-    return _as_ids(tokens)[np.asarray(noise_mask, dtype=bool)]
+    return as_ids(tokens)[np.asarray(noise_mask, dtype=bool)]
 
 
 def mask_token_id(vocab_size: int) -> int:
@@ -206,7 +209,7 @@ def mask_token_id(vocab_size: int) -> int:
 
 def noise_token_to_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int) -> np.ndarray:
     """Replace every noise token by the mask token (same length as ``tokens``)."""
-    return np.where(np.asarray(noise_mask, dtype=bool), mask_token_id(vocab_size), _as_ids(tokens))
+    return np.where(np.asarray(noise_mask, dtype=bool), mask_token_id(vocab_size), as_ids(tokens))
 
 
 def noise_token_to_random_token_or_sentinel(tokens: Tokens, noise_mask: np.ndarray, vocab_size: int,
@@ -214,7 +217,7 @@ def noise_token_to_random_token_or_sentinel(tokens: Tokens, noise_mask: np.ndarr
                                             num_reserved_tokens: int = NUM_RESERVED_TOKENS) -> np.ndarray:
     """Each noise token becomes a random id in ``[num_reserved_tokens, vocab_size)`` with probability
     ``random_prob``, else the mask token (t5's BERT-style corruption: 90% mask, 10% random)."""
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     mask = np.asarray(noise_mask, dtype=bool)
     use_random = rng.random(ids.shape[0]) < random_prob
     random_ids = rng.integers(num_reserved_tokens, vocab_size, size=ids.shape[0])
@@ -233,7 +236,7 @@ def restore_from_span_corruption(inputs: Tokens, targets: Tokens, vocab_size: in
         parts = np.split(ids, np.flatnonzero(ids >= vocab_size - num_sentinels))
         return [parts[0]] + [p[1:] for p in parts[1:]]  # drop the sentinel that opens each piece
 
-    inputs, targets = _as_ids(inputs), _as_ids(targets)
+    inputs, targets = as_ids(inputs), as_ids(targets)
     kept, noise = pieces(inputs), pieces(targets)
     # A text that starts with kept tokens reads kept[0] noise[1] kept[1] noise[2] ...; one that starts with
     # noise (its inputs open with a sentinel) reads noise[0] kept[1] noise[1] kept[2] ...
@@ -297,7 +300,7 @@ def check_options(fn: Objective, options: Mapping) -> None:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return
     known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-             and p.name not in ("vocab_size", "rng")]
+             and p.name not in ("vocab_size", "rng", "vocab")]
     unknown = sorted(set(options) - set(known))
     if unknown:
         offer = f"its options are {', '.join(known)}" if known else "it takes no options"
@@ -313,7 +316,7 @@ def random_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, n
                  mean_noise_span_length: float = 3.0) -> dict[str, np.ndarray]:
     """Span corruption at any corruption rate and mean span length (Tables 6 and 7): random-span mask,
     each noise span → one unique sentinel in the inputs, targets = sentinel + span for every span."""
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     if ids.size == 0:
         return {"inputs": ids, "targets": ids.copy()}
     mask = random_spans_noise_mask(ids.size, noise_density, mean_noise_span_length, rng)
@@ -337,7 +340,7 @@ def iid_noise_replace_spans(tokens: Tokens, *, vocab_size: int, rng: np.random.G
                             noise_density: float = 0.15) -> dict[str, np.ndarray]:
     """Table 3 "i.i.d. noise, replace spans" (t5's ``iid_denoising`` baseline, §3.1.4): i.i.d. token noise,
     each run of noise tokens → one unique sentinel; targets = the runs delimited by the sentinels."""
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     mask = iid_noise_mask(ids.size, noise_density, rng)
     return {"inputs": noise_span_to_unique_sentinel(ids, mask, vocab_size),
             "targets": nonnoise_span_to_unique_sentinel(ids, mask, vocab_size)}
@@ -349,7 +352,7 @@ def iid_noise_drop(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
     """Table 3 "i.i.d. noise, drop tokens" (§3.3.2): noise tokens are removed from the inputs and the
     targets are the removed tokens in order, without sentinels ("for inviting last")."""
     del vocab_size
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     mask = iid_noise_mask(ids.size, noise_density, rng)
     return {"inputs": drop_noise_tokens(ids, mask), "targets": drop_nonnoise_tokens(ids, mask)}
 
@@ -359,7 +362,7 @@ def bert_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noi
                random_prob: float = 0.1) -> dict[str, np.ndarray]:
     """Table 3 "BERT-style" (§3.3.1): 15% i.i.d. noise; 90% of the noise tokens become the mask token
     (``vocab_size - 1``), 10% a random token; the targets are the original text."""
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     mask = iid_noise_mask(ids.size, noise_density, rng)
     inputs = noise_token_to_random_token_or_sentinel(ids, mask, vocab_size, rng, random_prob=random_prob)
     return {"inputs": inputs, "targets": ids.copy()}
@@ -369,7 +372,7 @@ def bert_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, noi
 def mass_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
                noise_density: float = 0.15) -> dict[str, np.ndarray]:
     """Table 3/4 "MASS-style": BERT-style without random replacement (every noise token → mask token)."""
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     mask = iid_noise_mask(ids.size, noise_density, rng)
     return {"inputs": noise_token_to_sentinel(ids, mask, vocab_size), "targets": ids.copy()}
 
@@ -378,7 +381,7 @@ def mass_style(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator,
 def deshuffling(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Table 3 "Deshuffling" (§3.3.1): the inputs are the tokens in random order, the targets the original."""
     del vocab_size
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     return {"inputs": rng.permutation(ids), "targets": ids.copy()}
 
 
@@ -387,7 +390,7 @@ def prefix_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> d
     """Table 3 "Prefix language modeling" (§3.3.1): split the span at a uniformly random point in
     [1, len-1]; the prefix is the inputs, the continuation the targets."""
     del vocab_size
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     mask = random_prefix_noise_mask(ids.size, rng)
     return {"inputs": drop_nonnoise_tokens(ids, mask), "targets": drop_noise_tokens(ids, mask)}
 
@@ -398,7 +401,7 @@ def full_lm(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator) -> dic
     is the target, for decoder-only models (§3.2.3). Its tasks end each document with EOS before the text is
     concatenated and cut (``t2t.data.preprocessors.append_eos``) and add none after, as t5 does."""
     del vocab_size, rng
-    ids = _as_ids(tokens)
+    ids = as_ids(tokens)
     return {"inputs": ids[:0], "targets": ids.copy()}
 
 
@@ -452,8 +455,19 @@ def tokens_length_for(objective: Objective, inputs_length: int, noise_density: f
     return inputs_length - 1
 
 
-def chunk_length(sequence_length: dict[str, int] | None, *, objective: Objective, **options) -> int:
-    """``tokens_length_for`` as a function of the pipeline's ``sequence_length`` (for ``concat_and_split``)."""
+#: objectives that size their own chunks: ``fn(sequence_length, *, vocab, **options) -> int`` (UL2's mixture,
+#: whose denoisers must all fit; registered by ``t2t.data.ul2``).
+CHUNK_LENGTHS: dict[Objective, Callable[..., int]] = {}
+
+
+def chunk_length(sequence_length: dict[str, int] | None, *, objective: Objective, vocab=None, **options) -> int:
+    """``tokens_length_for`` as a function of the pipeline's ``sequence_length`` (for ``concat_and_split``);
+    an objective of ``CHUNK_LENGTHS`` gives its own (with the run's ``vocab``)."""
+    if objective in CHUNK_LENGTHS:
+        if not sequence_length or not {"inputs", "targets"} <= set(sequence_length):
+            raise T2TError("this unsupervised task sizes its text chunks from both lengths; pass input_length and "
+                           "target_length.")
+        return CHUNK_LENGTHS[objective](sequence_length, vocab=vocab, **options)
     if objective is full_lm:  # the chunk is the target: t5 splits it (EOS at document ends) to the targets length
         if not sequence_length or "targets" not in sequence_length:
             raise T2TError("the full LM task cuts its text to the target length; pass target_length (the "
@@ -475,8 +489,16 @@ def denoise(features: dict[str, np.ndarray], rng: np.random.Generator, *, vocab,
     del sequence_length
     if vocab is None:
         raise T2TError("unsupervised objectives need the run's vocabulary for their sentinel ids; pass a vocab.")
+    if takes_vocab(objective):
+        options = {**options, "vocab": vocab}
     out = objective(features["targets"], vocab_size=vocab.vocab_size, rng=rng, **options)
     return {**features, **out}
+
+
+@functools.lru_cache(maxsize=None)
+def takes_vocab(objective: Objective) -> bool:
+    """Whether ``objective`` takes the vocabulary itself (``vocab=``), e.g. to tokenize text it adds."""
+    return "vocab" in inspect.signature(objective).parameters
 
 
 def denoise_output_lengths(lengths: dict[str, int], *, objective: Objective = span_corruption,
@@ -491,3 +513,6 @@ def denoise_output_lengths(lengths: dict[str, int], *, objective: Objective = sp
 
 
 denoise.output_lengths = denoise_output_lengths  # the token-preprocessor protocol: t2t.data.pipeline
+
+
+import t2t.data.ul2  # noqa: E402,F401  (registers UL2's mixture of denoisers, which builds on the above)

@@ -1,0 +1,170 @@
+"""UL2's mixture of denoisers (Tay et al., 2022, "UL2: Unifying Language Learning Paradigms", §3.1.2-3.1.4),
+registered as the objective ``ul2`` (alias ``mixture_of_denoisers``).
+
+Every example draws one denoiser from the mixture (with the pipeline's per-draw ``rng``, so a resumed run
+draws the same ones) and prepends that denoiser's *mode token* to its inputs:
+
+- R-denoisers, ``[NLU]``: T5's span corruption, (μ=3, r=0.15) and (μ=8, r=0.15);
+- X-denoisers, ``[NLG]``: extreme corruption, (μ=3, r=0.5), (μ=8, r=0.5), (μ=64, r=0.15), (μ=64, r=0.5);
+- S-denoiser, ``[S2S]``: sequential denoising (prefix LM), one corrupted span that ends the text, r=0.25
+  (the paper's (μ=L/4, r=0.25, n=1): its length is uniform with mean a quarter of the chunk).
+
+The seven denoisers have equal shares (§3.1.2: the denoisers take about equal part in the mixture; the
+released ``ul2_objective`` samples its members uniformly unless given ``rates``). The R- and X-denoisers
+use t5's ``random_spans_noise_mask`` (the paper's appendix code calls t5's ``denoise`` with it): the
+numbers of noise tokens and spans are fixed by the chunk length, ``round(L·r)`` and ``round(L·r/μ)``, only
+their placement is random. The paper's text speaks of span lengths drawn around μ; its code fixes the
+counts, and this follows the code.
+
+Mode tokens are *text*, tokenized by the run's vocabulary (the appendix's ``prepend_prompt`` encodes the
+prefix string with the task's vocabulary; the released UL2 checkpoint is prompted with ``"[NLG] ..."`` in
+its T5 SentencePiece vocabulary, where ``[NLU]`` is 4 pieces). So the objective takes the vocabulary
+(``denoise`` passes it), not only its size.
+
+One difference from the appendix code: its S-denoiser is t5's ``prefix_lm`` (split point uniform over the
+whole chunk, half of it as targets on average); this follows the paper's stated S-denoiser, r=0.25.
+
+Chunk length (``ul2_chunk_length``): the corpus is cut once into chunks of one length, before any denoiser
+is drawn, so the length is the longest for which every denoiser's longest inputs (mode token and EOS
+included) and targets fit the run's lengths -- no draw is ever trimmed. The paper trains 512/512.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from t2t.data.objectives import (
+    CHUNK_LENGTHS,
+    Tokens,
+    as_ids,
+    random_spans,
+    random_spans_lengths,
+    register_objective,
+)
+from t2t.errors import T2TError
+
+R_MODE, X_MODE, S_MODE = "[NLU]", "[NLG]", "[S2S]"
+
+
+@dataclass(frozen=True)
+class Denoiser:
+    """One member of the mixture: its mode token, corruption rate r, mean span length μ (None for the
+    S-denoiser, whose one span ends the text) and its share (relative weight)."""
+
+    mode: str
+    noise_density: float
+    mean_noise_span_length: float | None = None
+    share: float = 1.0
+
+    @property
+    def kind(self) -> str:
+        """"S" for sequential denoising; "X" when extreme (§3.1.2: span ≥ 12 tokens or rate ≥ 30%); else "R"."""
+        if self.mean_noise_span_length is None:
+            return "S"
+        return "X" if self.mean_noise_span_length >= 12 or self.noise_density >= 0.3 else "R"
+
+    def apply(self, ids: np.ndarray, *, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """The corrupted ``{"inputs", "targets"}`` of ``ids``, without the mode token."""
+        if self.mean_noise_span_length is None:
+            return sequential_denoising(ids, self.noise_density, rng)
+        return random_spans(ids, vocab_size=vocab_size, rng=rng, noise_density=self.noise_density,
+                            mean_noise_span_length=self.mean_noise_span_length)
+
+    def longest_outputs(self, length: int) -> tuple[int, int]:
+        """The most (inputs, targets) tokens it can make of ``length`` tokens, mode token and EOS left out."""
+        if self.mean_noise_span_length is None:
+            return max(length - 1, 0), min(_longest_suffix(length, self.noise_density), max(length - 1, 1))
+        return random_spans_lengths(length, self.noise_density, self.mean_noise_span_length)
+
+
+#: The paper's final mixture (§3.1.2), in its order: R, R, S, X, X, X, X; equal shares.
+UL2_DENOISERS: tuple[Denoiser, ...] = (
+    Denoiser(R_MODE, 0.15, 3.0), Denoiser(R_MODE, 0.15, 8.0),
+    Denoiser(S_MODE, 0.25),
+    Denoiser(X_MODE, 0.5, 3.0), Denoiser(X_MODE, 0.5, 8.0), Denoiser(X_MODE, 0.15, 64.0), Denoiser(X_MODE, 0.5, 64.0),
+)
+
+
+def _mean_suffix(length: int, noise_density: float) -> int:
+    return max(1, round(length * noise_density))
+
+
+def _longest_suffix(length: int, noise_density: float) -> int:
+    return 2 * _mean_suffix(length, noise_density) - 1
+
+
+def sequential_denoising(tokens: Tokens, noise_density: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The S-denoiser: the last ``t`` tokens are the targets, the rest the inputs, with ``t`` uniform in
+    ``[1, 2m-1]`` (mean ``m = round(L·r)``), kept below the length so the inputs are never empty."""
+    ids = as_ids(tokens)
+    if ids.size < 2:
+        return {"inputs": ids[:0], "targets": ids.copy()}
+    num_targets = min(int(rng.integers(1, _longest_suffix(ids.size, noise_density) + 1)), ids.size - 1)
+    return {"inputs": ids[:-num_targets], "targets": ids[-num_targets:]}
+
+
+def check_denoisers(denoisers: Sequence[Denoiser]) -> np.ndarray:
+    """The denoisers' shares as probabilities, once checked."""
+    if not denoisers or not all(isinstance(d, Denoiser) for d in denoisers):
+        raise T2TError("the UL2 objective needs a non-empty list of t2t.data.ul2.Denoiser; pass denoisers="
+                       "UL2_DENOISERS or your own.")
+    shares = np.array([d.share for d in denoisers], dtype=np.float64)
+    if not (np.all(np.isfinite(shares)) and np.all(shares >= 0) and shares.sum() > 0):
+        raise T2TError(f"denoiser shares must be non-negative with a positive sum, got {shares.tolist()}.")
+    return shares / shares.sum()
+
+
+def mode_ids(vocab, mode: str) -> np.ndarray:
+    """The mode token's ids in ``vocab`` (text, as UL2 tokenized it)."""
+    if vocab is None:
+        raise T2TError("the UL2 objective prepends its mode tokens ([NLU], [NLG], [S2S]) as text; pass the "
+                       "run's vocabulary (vocab=...).")
+    return np.asarray(vocab.encode(mode), dtype=np.int64)
+
+
+def check_spelled(vocab, mode: str) -> None:
+    """Refuse a vocabulary that cannot spell a mode token: its modes would blur into unknown ids (a vocabulary
+    without ``[`` makes ``[NLU]`` a prefix of ``[NLG]``)."""
+    spelled = vocab.decode(mode_ids(vocab, mode).tolist())
+    if spelled.strip() != mode:
+        raise T2TError(f"the vocabulary cannot spell UL2's mode token {mode!r} (it comes back as {spelled!r}); "
+                       f"use a vocabulary that covers it, such as T5's, or give the denoisers modes it can spell.")
+
+
+@register_objective("ul2", aliases=("mixture_of_denoisers",))
+def ul2(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, vocab=None,
+        denoisers: Sequence[Denoiser] = UL2_DENOISERS) -> dict[str, np.ndarray]:
+    """UL2's mixture of denoisers: one denoiser drawn by its share, its mode token first in the inputs."""
+    ids = as_ids(tokens)
+    denoiser = denoisers[int(rng.choice(len(denoisers), p=check_denoisers(denoisers)))]
+    out = denoiser.apply(ids, vocab_size=vocab_size, rng=rng)
+    return {"inputs": np.concatenate([mode_ids(vocab, denoiser.mode), out["inputs"]]), "targets": out["targets"]}
+
+
+def ul2_chunk_length(sequence_length: Mapping[str, int], *, vocab, denoisers: Sequence[Denoiser] = UL2_DENOISERS,
+                     **unused_options) -> int:
+    """The longest chunk whose every shorter chunk too, under every denoiser, fits ``sequence_length`` with
+    its mode token and EOS: the corpus is cut before a denoiser is drawn, and no draw should be trimmed."""
+    check_denoisers(denoisers)
+    for mode in sorted({d.mode for d in denoisers}):
+        check_spelled(vocab, mode)
+    budgets = [(int(sequence_length["inputs"]) - 1 - mode_ids(vocab, d.mode).size, int(sequence_length["targets"]) - 1)
+               for d in denoisers]
+
+    def fits(length: int) -> bool:
+        return all(np.all(np.array(d.longest_outputs(length)) <= budget) for d, budget in zip(denoisers, budgets))
+
+    length = 0
+    while fits(length + 1):
+        length += 1
+    if length < 2:
+        raise T2TError(f"input_length {sequence_length['inputs']} / target_length {sequence_length['targets']} "
+                       f"leave no room for UL2's denoisers (the X-denoisers' targets are half the text); train "
+                       f"with longer lengths such as the paper's 512/512.")
+    return length
+
+
+CHUNK_LENGTHS[ul2] = ul2_chunk_length

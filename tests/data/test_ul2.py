@@ -1,0 +1,173 @@
+"""UL2's mixture of denoisers (t2t.data.ul2): the paper's mixture, each denoiser at its share with its mode token
+and its span statistics, chunks that no denoiser overflows, packing, the registered tasks and exact resume."""
+
+import collections
+import math
+
+import numpy as np
+import pytest
+
+import t2t
+from t2t.data import objectives as ob
+from t2t.data import ul2
+from t2t.data.task import get_task
+from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary
+from t2t.errors import T2TError
+from t2t.tasks import c4 as c4_module
+from t2t.testing import TINY_TEXT, TINY_VOCAB_PIECES, tiny_vocabulary
+
+DRAWS = 10_000
+LENGTHS = {"inputs": 512, "targets": 512}  # the paper's (UL2 20B trains 512/512)
+SENTINELS = 100
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    """A small SentencePiece vocabulary that can spell the mode tokens (the tiny test one has no ``[``)."""
+    text = TINY_TEXT + "\n[NLU] [NLG] [S2S]" * 20
+    model = train_vocabulary(iter([text]), tmp_path_factory.mktemp("ul2_vocab") / "spm", vocab_size=TINY_VOCAB_PIECES,
+                             num_threads=1, character_coverage=1.0)
+    return SentencePieceVocabulary(model, SENTINELS)
+
+
+def test_the_mixture_is_the_papers():
+    """§3.1.2's final mixture: R (μ=3, r=.15), (μ=8, r=.15); S (r=.25); X (μ=3, r=.5), (μ=8, r=.5),
+    (μ=64, r=.15), (μ=64, r=.5); R speaks [NLU], X [NLG], S [S2S]; equal shares."""
+    got = [(d.kind, d.mode, d.mean_noise_span_length, d.noise_density, d.share) for d in ul2.UL2_DENOISERS]
+    assert got == [("R", "[NLU]", 3.0, 0.15, 1.0), ("R", "[NLU]", 8.0, 0.15, 1.0), ("S", "[S2S]", None, 0.25, 1.0),
+                   ("X", "[NLG]", 3.0, 0.5, 1.0), ("X", "[NLG]", 8.0, 0.5, 1.0), ("X", "[NLG]", 64.0, 0.15, 1.0),
+                   ("X", "[NLG]", 64.0, 0.5, 1.0)]
+    assert t2t.get_objective("mixture_of_denoisers").func is ul2.ul2
+
+
+def paper_counts(length: int, d: ul2.Denoiser) -> tuple[int, int]:
+    """(noise tokens, noise spans) of a span denoiser on ``length`` tokens: round(L·r), round(that / μ)."""
+    noise = round(length * d.noise_density)
+    return noise, max(1, round(noise / d.mean_noise_span_length))
+
+
+@pytest.fixture(scope="module")
+def draws(vocab):
+    """10,000 UL2 examples of one chunk of the length a 512/512 run cuts, each read back from its output alone:
+    the mode token at the start of the inputs says R, X or S; a span denoiser's numbers of noise tokens and of
+    spans, which t5's mask fixes for each (μ, r) at one length, say which one."""
+    length = ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=vocab)
+    tokens = np.random.default_rng(0).integers(3, vocab.vocab_size - SENTINELS, size=length)
+    modes = {m: np.asarray(vocab.encode(m)) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)}
+    by_counts = {(d.mode, paper_counts(length, d)): i for i, d in enumerate(ul2.UL2_DENOISERS) if d.kind != "S"}
+    assert len(by_counts) == 6  # the six span denoisers are told apart by their counts
+    rng, seen = np.random.default_rng(1), collections.defaultdict(list)
+    for _ in range(DRAWS):
+        out = ul2.ul2(tokens, vocab_size=vocab.vocab_size, rng=rng, vocab=vocab)
+        mode = next(m for m, ids in modes.items() if np.array_equal(out["inputs"][:ids.size], ids))
+        inputs, targets = out["inputs"][modes[mode].size:], out["targets"]
+        if mode == ul2.S_MODE:
+            np.testing.assert_array_equal(np.concatenate([inputs, targets]), tokens)  # a prefix and its rest
+            seen[2].append(targets.size)
+            continue
+        spans = int(np.sum(targets >= vocab.vocab_size - SENTINELS))
+        index = by_counts[(mode, (targets.size - spans, spans))]
+        np.testing.assert_array_equal(ob.restore_from_span_corruption(inputs, targets, vocab.vocab_size), tokens)
+        seen[index].append((targets.size - spans, spans))
+    return {"length": length, "seen": seen}
+
+
+def test_each_denoiser_is_drawn_at_its_share(draws):
+    """Within 3 standard errors of 1/7 over 10,000 draws (and only from the mode tokens and counts above)."""
+    p = 1 / len(ul2.UL2_DENOISERS)
+    tolerance = 3 * math.sqrt(p * (1 - p) / DRAWS)
+    shares = {i: len(v) / DRAWS for i, v in draws["seen"].items()}
+    assert sum(len(v) for v in draws["seen"].values()) == DRAWS
+    assert all(abs(shares.get(i, 0.0) - p) <= tolerance for i in range(7)), (shares, tolerance)
+
+
+def test_span_denoisers_corrupt_at_their_rate_in_spans_of_their_mean_length(draws):
+    """Every draw of a span denoiser has round(L·r) noise tokens in round(L·r/μ) spans (t5's mask fixes the
+    counts), so its corruption rate is r within 0.5/L and its mean span length μ within 0.5·μ/spans (the
+    rounding of the span count is all that separates them)."""
+    length = draws["length"]
+    for index, d in enumerate(ul2.UL2_DENOISERS):
+        if d.kind == "S":
+            continue
+        (noise, spans), = set(draws["seen"][index])
+        assert (noise, spans) == paper_counts(length, d)
+        assert abs(noise / length - d.noise_density) <= 0.5 / length + 1e-12, d
+        assert abs(noise / spans - d.mean_noise_span_length) <= 0.5 * d.mean_noise_span_length / spans + 1e-12, d
+
+
+def test_the_s_denoiser_makes_its_last_quarter_the_targets(draws):
+    """The S-denoiser's one span ends the text; its share of the chunk is r = 0.25 on average (within 3
+    standard errors of its draws) and varies from draw to draw, between 1 token and half the chunk."""
+    length = draws["length"]
+    shares = np.array(draws["seen"][2]) / length
+    tolerance = 3 * shares.std() / math.sqrt(shares.size)
+    assert abs(shares.mean() - 0.25) <= tolerance + 0.5 / length, (shares.mean(), tolerance)
+    assert shares.min() * length == 1 and shares.max() * length <= 2 * round(length / 4) - 1
+    assert shares.max() > 0.45
+
+
+class EdgeRng:
+    """A stand-in generator for one denoiser: draws the lowest or highest integer allowed (the S-denoiser's
+    shortest and longest targets), and t5's random span placement from a real generator."""
+
+    def __init__(self, highest: bool):
+        self.highest, self.real = highest, np.random.default_rng(0)
+
+    def choice(self, n, *args, **kwargs):
+        return self.real.choice(n, *args, **kwargs)
+
+    def integers(self, low, high=None, *args, **kwargs):
+        if kwargs.get("size") is not None or args:
+            return self.real.integers(low, high, *args, **kwargs)
+        return high - 1 if self.highest else low
+
+
+def overflows(vocab, lengths: dict, length: int) -> bool:
+    """Whether some denoiser, at either edge of its draws, gives a ``length``-token chunk more than ``lengths``."""
+    tokens = np.random.default_rng(length).integers(3, 300, size=length)
+    for d in ul2.UL2_DENOISERS:
+        for highest in (False, True):
+            out = ul2.ul2(tokens, vocab_size=vocab.vocab_size, rng=EdgeRng(highest), vocab=vocab, denoisers=[d])
+            if out["inputs"].size + 1 > lengths["inputs"] or out["targets"].size + 1 > lengths["targets"]:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("lengths", [LENGTHS, {"inputs": 512, "targets": 114}, {"inputs": 64, "targets": 64}])
+def test_no_chunk_overflows_a_denoiser_and_one_token_more_would(vocab, lengths):
+    """The chunk length: every chunk up to it (the last one of the text is shorter), under every denoiser, fits
+    the lengths with its mode token and EOS; one token more overflows one of them."""
+    chunk = ob.chunk_length(lengths, objective=ul2.ul2, vocab=vocab)
+    assert not any(overflows(vocab, lengths, n) for n in range(1, chunk + 1)), lengths
+    assert overflows(vocab, lengths, chunk + 1), lengths
+
+
+def test_with_t5s_vocabulary_the_modes_are_its_pieces_and_chunks_507_tokens(t5_vocab_path):
+    """T5's SentencePiece spells [NLU] and [NLG] in 4 pieces, [S2S] in 5 (as the released UL2 is prompted); at
+    512/512 the S-denoiser's longest inputs (all but one token, after [S2S], before EOS) set the chunk: 507."""
+    vocab = SentencePieceVocabulary(t5_vocab_path, extra_ids=SENTINELS)
+    assert [len(vocab.encode(m)) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)] == [4, 4, 5]
+    assert ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=vocab) == 512 - 5 == 507
+
+
+def test_lengths_that_fit_no_denoiser_are_one_sentence(vocab):
+    with pytest.raises(T2TError, match=r"cannot spell UL2's mode token '\[NLG\]'"):
+        ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=tiny_vocabulary())
+    with pytest.raises(T2TError, match="leave no room for UL2's denoisers"):
+        ob.chunk_length({"inputs": 8, "targets": 2}, objective=ul2.ul2, vocab=vocab)
+    with pytest.raises(T2TError, match="pass the run's vocabulary"):
+        ul2.ul2([5, 6, 7], vocab_size=500, rng=np.random.default_rng(0))
+    with pytest.raises(T2TError, match="non-negative"):
+        ul2.ul2([5, 6, 7], vocab_size=500, rng=np.random.default_rng(0), vocab=vocab,
+                denoisers=[ul2.Denoiser("[NLU]", 0.15, 3.0, share=-1)])
+
+
+def test_the_tasks_are_registered_at_the_papers_lengths():
+    """c4_ul2 streams C4 as the other C4 tasks do; corpus_ul2 reads the local text folder; both are UL2 at 512/512."""
+    for name, streaming in (("c4_ul2", True), ("corpus_ul2", False)):
+        task = get_task(name)
+        assert task.sequence_length == LENGTHS
+        assert bool(getattr(task.source, "streaming", False)) is streaming
+        assert task.token_preprocessors[0].keywords["objective"] is ul2.ul2
+    assert get_task("c4_ul2").source.describe() == c4_module.c4_v220_span_corruption.source.describe()
+    assert get_task("corpus_ul2").source.describe() == get_task("corpus").source.describe()
