@@ -20,8 +20,10 @@ final names, so a crash at any moment leaves either the new checkpoint complete 
 (saving a step that exists moves the old copy to ``.old-step_…`` first, which stands for that step until
 the new one is in place). Older checkpoints beyond the last ``keep_last`` are deleted only after the new
 one is in place (renamed to a ``.trash-`` name first, so a half-deleted folder never looks like a
-checkpoint). Files get the modes the user's umask asks for; a write error is one T2TError. Loading checks
-the files it reads against checksums.sha256 (``verify=False`` skips that for very large models).
+checkpoint), except the one the run records as its best (``best_checkpoint.json``, t2t.checkpoints.best),
+which stays beside the newest ones however old it is. Files get the modes the user's umask asks for; a
+write error is one T2TError. Loading checks the files it reads against checksums.sha256 (``verify=False``
+skips that for very large models).
 
 Loading never executes code from a file: weights come from safetensors (or a Hugging Face
 ``pytorch_model.bin`` through ``torch.load(weights_only=True)``), ``.pt`` files are loaded with
@@ -51,6 +53,7 @@ import yaml
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
+from t2t.checkpoints import best as best_record
 from t2t.checkpoints import durable
 from t2t.checkpoints.files import read_json, torch_load, write_text, write_torch, write_with
 from t2t.errors import T2TError, error_summary
@@ -87,7 +90,8 @@ def checkpoint_name(step: int) -> str:
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_state: Mapping | None = None,
                     optimizer: torch.optim.Optimizer | None = None, optimizer_state: dict | None = None,
                     trainer_state: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
-                    save_rng: bool = True, keep_last: int | None = 3, base: str | None = None) -> Path:
+                    save_rng: bool = True, keep_last: int | None = 3, base: str | None = None,
+                    best: Mapping[str, Any] | None = None) -> Path:
     """Write ``run_dir/step_{step:08d}/`` atomically and return its path.
 
     ``optimizer`` (an optimizer) or ``optimizer_state`` (its state dict, e.g. gathered from FSDP shards) is
@@ -99,6 +103,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_s
     checkpoints (None or < 1: keep all); older ones are deleted after the new one is in place.
     ``base`` (a checkpoint folder, Hugging Face folder or hub id; see ``base_reference``) makes a checkpoint
     of ``model_state``'s tensors only (the trained ones): the other weights load from ``base``.
+    ``best`` (a record for t2t.checkpoints.best, of this step) makes this checkpoint the run's best: the record
+    is written once the checkpoint is in place and before rotation, so a kill leaves it naming a checkpoint
+    that exists, and rotation keeps this one rather than the best it replaces.
     A write error (disk full, file-size limit) is one T2TError; the checkpoints already saved are untouched.
     """
     if optimizer is not None and optimizer_state is not None:
@@ -131,6 +138,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: T5, *, model_s
         if isinstance(e, OSError):
             raise durable.write_error(e, f"checkpoint {final}") from None
         raise
+    if best is not None:
+        best_record.write_best(run_dir, {**best, "step": step})
     if keep_last is not None and keep_last >= 1:
         prune_checkpoints(run_dir, keep_last, keep=final)
     return final
@@ -152,16 +161,27 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int, keep: Path | None = None) -> list[Path]:
-    """Delete all but the ``keep_last`` newest checkpoints (never ``keep``); returns the deleted paths."""
+    """Delete all but the ``keep_last`` newest checkpoints, never ``keep`` nor the run's recorded best (see
+    t2t.checkpoints.best); returns the deleted paths."""
+    kept = _never_pruned(Path(run_dir), keep)
     deleted = []
     for path in list_checkpoints(run_dir)[:-keep_last]:
-        if keep is not None and path.resolve() == Path(keep).resolve():
+        if path.resolve() in kept:
             continue
         trash = path.with_name(f"{_TRASH_PREFIX}{path.name}")
         os.replace(path, trash)  # atomic: the checkpoint disappears whole, then its files go
         shutil.rmtree(trash, ignore_errors=True)
         deleted.append(path)
     return deleted
+
+
+def _never_pruned(run_dir: Path, keep: Path | None) -> set[Path]:
+    """``keep`` and the checkpoint the run records as its best, resolved."""
+    found = [] if keep is None else [Path(keep)]
+    best = best_record.best_step(run_dir)
+    if best is not None:
+        found.append(run_dir / checkpoint_name(best))
+    return {path.resolve() for path in found}
 
 
 def _write_model_files(folder: Path, model: T5, state: Mapping | None = None) -> None:

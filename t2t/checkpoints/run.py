@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from t2t import config
+from t2t.checkpoints import best as best_record
 from t2t.checkpoints import durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.durable import write_atomic
@@ -61,11 +62,12 @@ MODULES_DIR = "modules"
 EMBEDDING_MULTIPLE = 128  # T5 pads its 32,100 ids to 32,128 embedding rows
 # Where a run finds its inputs: filled from the run when the user does not give them.
 LOCATIONS = ("vocab", "modules", "data_dir")
+BEST_SUFFIX = ":best"  # RUN:best, the checkpoint a run records as its best (checkpoint_path)
 # Settings a resumed run may change and still continue exactly (the rest change what a step computes).
 HARMLESS_CHANGES = frozenset({
     "train_steps", "log_every", "save_every", "keep_checkpoints", "eval_every", "eval_max_examples",
     "eval_mixture", "eval_batch_size", "verify_checkpoints", "device", "threads", "parallelism", "output_dir",
-    "batches_ahead", "loggers"})
+    "batches_ahead", "loggers", "keep_best", "early_stopping"})
 
 
 # Settings that a schedule is a function of: changing them on resume changes the rates already on their way.
@@ -435,6 +437,27 @@ def resumable_checkpoint(run_dir: str | os.PathLike) -> Path | None:
                            f"from {behind} behind it, cut metrics.jsonl back and save over it; restore the missing "
                            f"file, or move {path.name} out of {run_dir} to resume from {behind}.")
     return latest
+
+
+def checkpoint_path(spec: str) -> str:
+    """``spec`` as a checkpoint: ``RUN:best`` is the step folder run ``RUN`` records as its best
+    (t2t.checkpoints.best); anything else (a run dir, a step folder, a hub id, a path that exists) is itself."""
+    if not spec.endswith(BEST_SUFFIX) or Path(spec).exists():
+        return spec
+    run_dir = Path(spec.removesuffix(BEST_SUFFIX))
+    if not run_dir.is_dir() or checkpoint.is_checkpoint_dir(run_dir):
+        raise T2TError(f"{spec} names the best checkpoint of a run, but {run_dir} is not a run folder; pass "
+                       f"RUN:best with a run's --output-dir.")
+    record = best_record.read_best(run_dir)
+    if record is None:
+        raise T2TError(f"run {run_dir} records no best checkpoint ({best_record.BEST_FILE}), so {spec} names "
+                       f"nothing; train with --set keep_best=<metric>, or pass the run or one of its step_* folders.")
+    folder = run_dir / checkpoint.checkpoint_name(record["step"])
+    if folder.is_symlink() or not folder.is_dir():
+        raise T2TError(f"run {run_dir} records step {record['step']} as its best ({record['metric']} "
+                       f"{record['value']:g}), but {folder.name} is {'a link' if folder.is_symlink() else 'missing'}; "
+                       f"restore that checkpoint, or pass the run or one of its step_* folders.")
+    return str(folder)
 
 
 def pinned_checkpoint(init_from: str | None) -> str | None:

@@ -10,6 +10,7 @@ the comment beside it (the same text docs/settings.md shows), so nothing is repe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import logging
@@ -25,6 +26,7 @@ from tqdm import tqdm
 from t2t import config
 from t2t.allocator import keep_freed_memory
 from t2t.checkpoints.loading import own_vocabulary
+from t2t.checkpoints.run import checkpoint_path
 from t2t.data.sources import resolve_data_dir
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
@@ -155,8 +157,12 @@ def add_settings(parser: argparse.ArgumentParser, example: str, kind: str | None
 
 
 def resolve(cls, args: argparse.Namespace, flags: list[Flag], base: dict | None = None, kind: str = "recipes"):
-    """Settings ``cls`` from ``base``, the ``--config`` files, the ``flags`` given and ``--set``."""
-    return config.load(cls, args.config, args.overrides, base=base, given=given(args, flags), kind=kind)
+    """Settings ``cls`` from ``base``, the ``--config`` files, the ``flags`` given and ``--set``; a ``checkpoint``
+    setting given as ``RUN:best`` becomes the step folder the run records as its best (checkpoint_path)."""
+    settings = config.load(cls, args.config, args.overrides, base=base, given=given(args, flags), kind=kind)
+    if isinstance(getattr(settings, "checkpoint", None), str):
+        settings = dataclasses.replace(settings, checkpoint=checkpoint_path(settings.checkpoint))
+    return settings
 
 
 def resolved_locations(cfg) -> dict:

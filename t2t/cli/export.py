@@ -6,7 +6,7 @@ import argparse
 
 from t2t.checkpoints.hf import to_hf
 from t2t.checkpoints.loading import load_model
-from t2t.checkpoints.run import open_run
+from t2t.checkpoints.run import checkpoint_path, open_run
 from t2t.cli.common import new_parser, run_cli
 from t2t.data.vocab import load_vocabulary
 
@@ -24,8 +24,9 @@ def parser() -> argparse.ArgumentParser:
                    "(model.safetensors, config.json, generation_config.json, t5_beam_search.json, spiece.model, "
                    "tokenizer.json, tokenizer_config.json) that transformers' T5ForConditionalGeneration and AutoTokenizer "
                    "load with from_pretrained.", EXAMPLES)
-    p.add_argument("--checkpoint", required=True, help="a run's output dir (its latest checkpoint) or one "
-                                                       "step_* checkpoint")
+    p.add_argument("--checkpoint", required=True, type=checkpoint_path,
+                   help="a run's output dir (its latest checkpoint), RUN:best (the checkpoint it records as its "
+                        "best), or one step_* checkpoint")
     p.add_argument("--to", required=True, choices=["hf"], help="format to write: hf (Hugging Face transformers)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="folder to write: new, or one an earlier export wrote")
     p.add_argument("--vocab", help="SentencePiece .model (or vocab.json) to ship instead of the run's vocabulary")
