@@ -18,6 +18,7 @@ LAYERS = [
     {"t2t.checkpoints"},
     {"t2t.evaluation"},
     {"t2t.training"},
+    {"t2t.serve"},
     {"t2t.cli", "t2t.testing"},
     # the public surface and the module paths that saved runs' --module files and pickles import
     {"t2t", "t2t.task", "t2t.sources", "t2t.preprocessors", "t2t.metrics", "t2t.vocab"},

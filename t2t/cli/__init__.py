@@ -10,7 +10,8 @@ import importlib
 from t2t.terminal import INTERRUPTED, defer_interrupts, report_interrupt
 
 COMMANDS = {"t2t-train": "train", "t2t-eval": "eval", "t2t-predict": "predict", "t2t-show": "show",
-            "t2t-tasks": "tasks", "t2t-vocab": "vocab", "t2t-study": "study", "t2t-export": "export"}
+            "t2t-tasks": "tasks", "t2t-vocab": "vocab", "t2t-study": "study", "t2t-export": "export",
+            "t2t-serve": "serve"}
 
 
 def command_module(command: str):
@@ -40,6 +41,7 @@ tasks_main = entry_point("t2t-tasks")
 vocab_main = entry_point("t2t-vocab")
 study_main = entry_point("t2t-study")
 export_main = entry_point("t2t-export")
+serve_main = entry_point("t2t-serve")
 
 __all__ = ["train_main", "eval_main", "predict_main", "show_main", "tasks_main", "vocab_main", "study_main",
-           "export_main", "COMMANDS", "command_module"]
+           "export_main", "serve_main", "COMMANDS", "command_module"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
 import numpy as np
+import torch
 
 from t2t.checkpoints import run as run_lib
 from t2t.data.task import PREPROCESSOR_ERRORS, Task, get_task_or_mixture, load_modules
@@ -25,11 +26,12 @@ from t2t.evaluation.evaluate import (
     DecodingConfig,
     decode_in_batches,
     load_model_and_vocabulary,
+    pad_rows,
     pinned,
     trim_inputs,
     trusted_run_settings,
 )
-from t2t.models import distributed
+from t2t.models import distributed, kernels
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,18 @@ class Predictor:
         return decode_in_batches(self.model, inputs, self.vocab, decoding,
                                  max_new_tokens=decoding.max_length or self.max_new_tokens, device=self.device,
                                  precision=self.precision, desc=desc)
+
+    @torch.no_grad()
+    def score(self, inputs: list[np.ndarray], targets: list[np.ndarray]) -> list[float]:
+        """The log-likelihood of each target (ids with EOS) given its input, summed over the target's tokens:
+        what rank classification compares (``rank_in_batches``), for one batch."""
+        with kernels.autocast(self.precision, self.device), self.model.dense_attention():
+            scores = self.model.score(pad_rows(inputs).to(self.device), pad_rows(targets).to(self.device))
+        return scores.float().cpu().tolist()
+
+    def encode_targets(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of target strings as rank classification scores them (EOS appended)."""
+        return [np.append(np.asarray(ids, np.int64), self.vocab.eos_id) for ids in self.vocab.encode_batch(texts)]
 
 
 def reference_examples(task: Task, data_dir) -> list[dict]:
