@@ -1,8 +1,8 @@
-"""Hugging Face T5: conversion from and to ``transformers``' ``T5ForConditionalGeneration`` folders.
+"""Hugging Face T5: conversion from and to ``transformers``' T5, mT5 and UMT5 ``…ForConditionalGeneration`` folders.
 
 ``from_hf(folder_or_hub_id)`` reads a folder (config.json + model.safetensors / pytorch_model.bin, sharded
-or not; T5 1.0 and 1.1 configs), ``to_hf(model, out_dir)`` writes one that ``transformers`` loads with no
-missing or unexpected keys. The key map is the table in t2t/model.py's docstring. ``transformers`` itself
+or not; T5 1.0, T5 1.1, Flan-T5, mT5 and UMT5 configs as transformers 4 and 5 write them), ``to_hf(model,
+out_dir)`` writes one that ``transformers`` 4 and 5 load with no missing or unexpected keys (docs/family.md). The key map is the table in t2t/model.py's docstring. ``transformers`` itself
 is never imported here; files are read with t2t.checkpoints.native's readers (every failure one T2TError naming
 the file, never code executed).
 """
@@ -25,7 +25,6 @@ from t2t.checkpoints import durable
 from t2t.checkpoints.files import (
     assign_weights,
     check_state_dict,
-    expected_shapes,
     read_json,
     read_safetensors,
     torch_load,
@@ -41,15 +40,21 @@ from t2t.models.t5 import T5, ModelConfig
 
 logger = logging.getLogger(__name__)
 
-HF_MODEL_TYPES = ("t5", "mt5")  # mT5 is T5 1.1 under another name
+#: The Hugging Face model types t2t converts, each with the transformers class that reads it. mT5 (Xue et al.
+#: 2021) is T5 1.1 under another name; UMT5 (Chung et al. 2023) is T5 1.1 with a relative position bias in every
+#: layer (``ModelConfig.relative_attention_per_layer``).
+HF_ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration",
+                    "umt5": "UMT5ForConditionalGeneration"}
+HF_MODEL_TYPES = tuple(HF_ARCHITECTURES)
 _HF_DENSE = "DenseReluDense"
+_STACK_BIAS = re.compile(r"(encoder|decoder)\.relative_attention_bias\.weight")
 
 
 def hf_key(key: str) -> str:
     """Our state-dict key → Hugging Face ``T5ForConditionalGeneration``'s (t2t/model.py's table)."""
-    m = re.fullmatch(r"(encoder|decoder)\.relative_attention_bias\.weight", key)
+    m = _STACK_BIAS.fullmatch(key)
     if m:
-        return f"{m[1]}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        return _layer_bias_key(m[1], 0)
     m = re.fullmatch(r"(encoder|decoder)\.blocks\.(\d+)\.(self_attn|cross_attn|ff)\.(.+)", key)
     if not m:
         return key  # shared.weight, {s}.final_layer_norm.weight, lm_head.weight
@@ -65,36 +70,101 @@ def hf_key(key: str) -> str:
     return f"{stack}.block.{i}.layer.{layer}.{module}.{rest}"
 
 
-def model_config_from_hf(hf: Mapping[str, Any], path: Path | str = CONFIG_FILE) -> ModelConfig:
-    """Map a Hugging Face T5 ``config.json`` onto ModelConfig; anything t2t cannot run is a T2TError."""
+def _layer_bias_key(stack: str, i: int) -> str:
+    """Where HF keeps layer ``i``'s position bias table (T5: layer 0's is the stack's; UMT5: every layer's)."""
+    return f"{stack}.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight"
+
+
+def hf_state_dict(state: Mapping[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our state dict under Hugging Face's names. A stack's per-layer bias table ([buckets, L·H], see
+    t2t.models.t5.Stack) becomes UMT5's one [buckets, H] table per layer."""
+    out = {}
+    for key, tensor in state.items():
+        m = _STACK_BIAS.fullmatch(key)
+        if m and cfg.relative_attention_per_layer:
+            for i, table in enumerate(tensor.split(cfg.num_heads, dim=1)):
+                out[_layer_bias_key(m[1], i)] = table
+        else:
+            out[hf_key(key)] = tensor
+    return out
+
+
+def _state_dict_from_hf(hf: Mapping[str, torch.Tensor], model: T5) -> dict[str, torch.Tensor]:
+    """The inverse of ``hf_state_dict`` for ``model``'s keys (``hf`` checked against them already)."""
+    weights = {}
+    for key in model.state_dict():
+        m = _STACK_BIAS.fullmatch(key)
+        if m and model.config.relative_attention_per_layer:
+            layers = len(getattr(model, m[1]).blocks)
+            weights[key] = torch.cat([hf[_layer_bias_key(m[1], i)] for i in range(layers)], dim=1)
+        else:
+            weights[key] = hf[hf_key(key)]
+    return weights
+
+
+def hf_model_type(hf: Mapping[str, Any], path: Path | str = CONFIG_FILE) -> str:
+    """The config's ``model_type``, or the one its ``architectures`` names (some early UMT5 configs on the hub
+    have only that); anything but T5, mT5 and UMT5 is a T2TError."""
     model_type = hf.get("model_type")
+    if model_type is None:
+        named = {arch: kind for kind, arch in HF_ARCHITECTURES.items()}
+        kinds = [named[a] for a in hf.get("architectures") or () if a in named]
+        model_type = kinds[0] if kinds else None
     if model_type not in HF_MODEL_TYPES:
         raise T2TError(f"{path} describes a {model_type!r} model, but t2t converts only T5 models "
-                       f"(model_type 't5' or 'mt5').")
+                       f"(model_type 't5', 'mt5' or 'umt5').")
+    return model_type
+
+
+def rescales_output(hf: Mapping[str, Any], model_type: str) -> bool:
+    """Whether transformers, in the version that wrote the config ``hf``, multiplies the decoder output by
+    d_model**-0.5 before the output layer (T5 1.0's tied output layer; docs/family.md has the rule).
+
+    transformers 4 rescales where ``tie_word_embeddings`` is true, its default true for T5 and UMT5 and false
+    for mT5. transformers 5 ties the output layer to the embedding unless the weights hold a different
+    ``lm_head.weight``, and keeps the rescale apart: T5 and UMT5 write ``scale_decoder_outputs``, and MT5 never
+    rescales (it writes ``tie_word_embeddings: true`` for every model, which 4 would read as a rescale)."""
+    if model_type == "mt5":
+        return _written_by_transformers_4(hf) and bool(hf.get("tie_word_embeddings", False))
+    return bool(hf.get("scale_decoder_outputs", hf.get("tie_word_embeddings", True)))
+
+
+def _written_by_transformers_4(hf: Mapping[str, Any]) -> bool:
+    """Whether the config says a transformers older than 5 wrote it (one without a version: hand-written or
+    older still, read as 4)."""
+    major = str(hf.get("transformers_version", "")).split(".")[0]
+    return not major.isdigit() or int(major) < 5
+
+
+def model_config_from_hf(hf: Mapping[str, Any], path: Path | str = CONFIG_FILE) -> ModelConfig:
+    """Map a Hugging Face T5, mT5 or UMT5 ``config.json`` onto ModelConfig; anything t2t cannot run is a
+    T2TError. t2t's ``tie_word_embeddings`` is T5 1.0's pair, a shared and rescaled output layer: it is true
+    where transformers rescales (``rescales_output``); an output layer transformers shares without the
+    rescale loads as a separate ``lm_head`` holding the embedding's values (``_weights_from_hf``)."""
+    model_type = hf_model_type(hf, path)
     proj = hf.get("feed_forward_proj", "relu")
     if proj not in ("relu", "gated-gelu"):
         raise T2TError(f"{path} uses feed_forward_proj {proj!r}, but t2t supports only 'relu' (T5 1.0) and "
                        f"'gated-gelu' (T5 1.1).")
     if hf.get("is_encoder_decoder") is False or hf.get("is_decoder"):
         raise T2TError(f"{path} is not an encoder-decoder T5 config; t2t converts only "
-                       f"T5ForConditionalGeneration checkpoints.")
-    # T5 1.0 ties the output layer to the embedding and rescales by d_model**-0.5; 1.1 does neither.
-    # transformers >= 5 writes tie_word_embeddings=true for both and keeps the difference in
-    # scale_decoder_outputs, so that field wins where present.
-    tied = hf.get("scale_decoder_outputs", hf.get("tie_word_embeddings", True))
+                       f"{', '.join(HF_ARCHITECTURES.values())} checkpoints.")
     fields = {
         "vocab_size": hf.get("vocab_size", 32128), "d_model": hf.get("d_model", 512), "d_kv": hf.get("d_kv", 64),
         "d_ff": hf.get("d_ff", 2048), "num_layers": hf.get("num_layers", 6),
         "num_decoder_layers": hf.get("num_decoder_layers"), "num_heads": hf.get("num_heads", 8),
         "relative_attention_num_buckets": hf.get("relative_attention_num_buckets", 32),
         "relative_attention_max_distance": hf.get("relative_attention_max_distance", 128),
+        "relative_attention_per_layer": model_type == "umt5",
         "dropout_rate": hf.get("dropout_rate", 0.1), "layer_norm_epsilon": hf.get("layer_norm_epsilon", 1e-6),
-        "feed_forward_proj": proj, "tie_word_embeddings": tied,
+        "feed_forward_proj": proj, "tie_word_embeddings": rescales_output(hf, model_type),
         "pad_id": hf.get("pad_token_id", 0) if hf.get("pad_token_id") is not None else 0,
         "eos_id": hf.get("eos_token_id", 1) if isinstance(hf.get("eos_token_id", 1), int) else 1,
         "decoder_start_id": hf.get("decoder_start_token_id", 0) if hf.get("decoder_start_token_id") is not None
         else 0,
     }
+    if fields["num_decoder_layers"] == fields["num_layers"]:
+        fields["num_decoder_layers"] = None  # transformers writes the default out; t2t's default says "the same"
     try:
         return config_lib.from_dict(ModelConfig, fields)
     except T2TError as e:
@@ -102,12 +172,14 @@ def model_config_from_hf(hf: Mapping[str, Any], path: Path | str = CONFIG_FILE) 
                        f"{str(e).rstrip('.')}.") from None
 
 
-def model_config_to_hf(cfg: ModelConfig) -> dict:
-    """ModelConfig → a Hugging Face ``T5ForConditionalGeneration`` config.json."""
+def model_config_to_hf(cfg: ModelConfig, model_type: str = "t5") -> dict:
+    """ModelConfig → the config.json of a Hugging Face ``model_type`` model (``check_model_type`` first).
+    transformers 4.57 and 5.24 read it alike: ``tie_word_embeddings`` false with an ``lm_head.weight`` in the
+    weights is a separate, unscaled output layer in both, true without one T5 1.0's shared, rescaled one."""
     gated = cfg.feed_forward_proj == "gated-gelu"
     return {
-        "architectures": ["T5ForConditionalGeneration"],
-        "model_type": "t5",
+        "architectures": [HF_ARCHITECTURES[model_type]],
+        "model_type": model_type,
         "vocab_size": cfg.vocab_size,
         "d_model": cfg.d_model,
         "d_kv": cfg.d_kv,
@@ -134,9 +206,27 @@ def model_config_to_hf(cfg: ModelConfig) -> dict:
     }
 
 
+def check_model_type(cfg: ModelConfig, model_type: str | None) -> str:
+    """The Hugging Face model type to write ``cfg`` as: ``model_type``, or by default ``umt5`` for a position bias
+    in every layer and ``t5`` otherwise; one that cannot hold ``cfg`` is a T2TError."""
+    if model_type is None:
+        return "umt5" if cfg.relative_attention_per_layer else "t5"
+    if model_type not in HF_ARCHITECTURES:
+        raise T2TError(f"model_type {model_type!r} is not one t2t writes; choose 't5', 'mt5' or 'umt5'.")
+    if cfg.relative_attention_per_layer != (model_type == "umt5"):
+        has = "a position bias in every layer" if cfg.relative_attention_per_layer else "one position bias a stack"
+        fits = "'umt5'" if cfg.relative_attention_per_layer else "'t5' or 'mt5'"
+        raise T2TError(f"the model has {has}, which Hugging Face's {model_type!r} does not hold; export it with "
+                       f"model_type {fits}.")
+    if model_type == "mt5" and cfg.tie_word_embeddings:
+        raise T2TError("transformers 5's MT5 never rescales its output layer, so a model with T5 1.0's tied, "
+                       "rescaled output layer cannot be an 'mt5'; export it with model_type 't5'.")
+    return model_type
+
+
 def from_hf(dir_or_hub_id: str | os.PathLike) -> T5:
-    """A t2t model from a Hugging Face T5 folder (config.json + safetensors or pytorch_model.bin) or hub id,
-    in eval mode as transformers' ``from_pretrained`` returns it (training sets train mode itself)."""
+    """A t2t model from a Hugging Face T5, mT5 or UMT5 folder (config.json + safetensors or pytorch_model.bin)
+    or hub id, in eval mode as transformers' ``from_pretrained`` returns it (training sets train mode itself)."""
     path = Path(dir_or_hub_id)
     if path.is_dir():
         return from_hf_folder(path).eval()
@@ -159,7 +249,8 @@ def from_hf_folder(folder: Path) -> T5:
 
 def _weights_from_hf(hf: dict[str, torch.Tensor], model: T5, cfg: ModelConfig,
                      path: Path) -> dict[str, torch.Tensor]:
-    """HF state dict → ours, checked key by key (messages use the file's HF names)."""
+    """HF state dict → ours, checked key by key (messages use the file's HF names). The output layer is as
+    the weights say: an ``lm_head.weight`` different from ``shared.weight`` is a separate layer."""
     hf = dict(hf)
     if "shared.weight" not in hf:  # some exports keep only the stacks' (tied) copies
         for alias in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
@@ -172,23 +263,22 @@ def _weights_from_hf(hf: dict[str, torch.Tensor], model: T5, cfg: ModelConfig,
         hf.pop(tied, None)
     lm_head = hf.pop("lm_head.weight", None)
     if not cfg.tie_word_embeddings:
-        # T5 1.1: a separate output layer. transformers >= 5 ties it to the embedding (without T5 1.0's
-        # rescale) and then saves no lm_head.weight, or one sharing the embedding's storage (.bin): our
-        # lm_head is its own copy, so it trains on its own and safetensors can save both.
+        # a separate output layer. transformers >= 5 ties it to the embedding (without T5 1.0's rescale)
+        # and then saves no lm_head.weight, or one sharing the embedding's storage (.bin): our lm_head is
+        # its own copy, so it trains on its own and safetensors can save both.
         if lm_head is None:
             lm_head = hf.get("shared.weight")
         if lm_head is not None:
             hf["lm_head.weight"] = lm_head.clone()
-    expected = {hf_key(k): shape for k, shape in expected_shapes(model).items()}
-    check_state_dict(hf, expected, path, "its config.json")
+    check_state_dict(hf, {k: tuple(v.shape) for k, v in hf_state_dict(model.state_dict(), cfg).items()}, path,
+                     "its config.json")
     shared = hf["shared.weight"]
     if cfg.tie_word_embeddings and lm_head is not None and not (
             lm_head.shape == shared.shape and torch.equal(lm_head, shared)):
         raise T2TError(f"{path} has an lm_head.weight different from shared.weight while its config ties them "
                        f"(T5 1.0 style, rescaled output layer); set tie_word_embeddings false in config.json if "
                        f"this is a T5 1.1 model.")
-    ours = {hf_key(k): k for k in model.state_dict()}
-    return {ours[k]: v for k, v in hf.items()}
+    return _state_dict_from_hf(hf, model)
 
 
 def _read_hf_weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
@@ -318,7 +408,7 @@ _EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, BEAM_SEARCH_FILE, *TO
 OLD_PREFIX = ".old-"  # an earlier export, renamed aside while the new one takes its name
 
 
-def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path:
+def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None, model_type: str | None = None) -> Path:
     """Write ``model`` as a Hugging Face T5 folder (config.json, generation_config.json, t5_beam_search.json,
     model.safetensors)
     loadable by ``transformers.T5ForConditionalGeneration.from_pretrained(out_dir)``; with ``vocabulary`` (a
@@ -329,7 +419,11 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
     be what a loader picks up. The export is written whole in a new folder beside it, then swapped in
     (``_swap_in``): a failure (a full disk) leaves the earlier export as it was, files are never written
     through a symbolic link planted in ``out_dir``, and no file of an earlier export (its tokenizer, for
-    another vocabulary) stays beside the new one."""
+    another vocabulary) stays beside the new one.
+
+    ``model_type`` (``t5``, ``mt5`` or ``umt5``; default ``umt5`` for a model with a position bias in every layer,
+    ``t5`` otherwise) names the transformers class the config.json is for (``check_model_type``)."""
+    model_type = check_model_type(model.config, model_type)
     if model.config.adapter_dim:
         raise T2TError("Hugging Face's T5 has no adapter layers, so a model with adapters cannot be exported; "
                        "fine-tune without transfer.adapter_dim to export.")
@@ -338,12 +432,12 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None) -> Path
                        f"exported; export encoder_decoder models only.")
     vocabulary = _checked_vocabulary(vocabulary, model.config) if vocabulary is not None else None
     out = _export_dir(Path(out_dir))
-    tensors = {hf_key(k): v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in hf_state_dict(model.state_dict(), model.config).items()}
     new = out.with_name(f"{TMP_PREFIX}{out.name}.{os.getpid()}")
     try:
         new.mkdir()  # the user's umask applies
         write_with(new / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
-        write_text(new / CONFIG_FILE, json.dumps(model_config_to_hf(model.config), indent=2))
+        write_text(new / CONFIG_FILE, json.dumps(model_config_to_hf(model.config, model_type), indent=2))
         write_text(new / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
         write_text(new / BEAM_SEARCH_FILE, json.dumps(beam_search_config(model.config), indent=2))
         if vocabulary is not None:

@@ -30,6 +30,9 @@ class ModelConfig:
     num_heads: int = 8
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    # one relative position bias per layer rather than one per stack shared by its layers (UMT5, Chung et al.
+    # 2023; transformers' UMT5 keeps relative_attention_bias in every layer's self-attention)
+    relative_attention_per_layer: bool = False
     dropout_rate: float = 0.1
     layer_norm_epsilon: float = 1e-6
     feed_forward_proj: Literal["relu", "gated-gelu"] = "relu"

@@ -25,7 +25,9 @@ State-dict keys (the one-to-one map to Hugging Face's ``T5ForConditionalGenerati
     lm_head.weight   (untied configs only)          lm_head.weight
 
 The relative attention bias is stored once per stack (HF keeps it in block 0 of each stack); every layer
-of the stack uses it. All weights are [out_features, in_features] as in ``nn.Linear`` / HF.
+of the stack uses it. With ``relative_attention_per_layer`` (UMT5) it is every layer's table side by side,
+[buckets, L·H], which HF's UMT5 keeps as ``{s}.block.{i}.layer.0.SelfAttention.relative_attention_bias``.
+All weights are [out_features, in_features] as in ``nn.Linear`` / HF.
 
 Surface used by the rest of t2t: ``T5(cfg)``, ``forward`` → logits, ``loss_sums(batch)`` (the trainer's
 fast path), ``generate`` / ``score`` (thin wrappers over :mod:`t2t.models.decoding`), ``encode``,
@@ -283,17 +285,24 @@ def add_adapters(model: "T5", dim: int) -> None:
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, cross_attention: bool):
+    def __init__(self, cfg: ModelConfig, cross_attention: bool, index: int = 0):
         super().__init__()
         self.self_attn = Attention(cfg)
         self.cross_attn = Attention(cfg) if cross_attention else None
         self.ff = FeedForward(cfg)
+        # where every layer has its own position bias (UMT5), the heads of the stack's bias that are this block's
+        H = cfg.num_heads
+        self.bias_heads = slice(index * H, (index + 1) * H) if cfg.relative_attention_per_layer else None
+
+    def own_bias(self, self_bias: torch.Tensor) -> torch.Tensor:
+        """This block's self-attention bias [B|1, H, T, S] out of its stack's (see ``Stack``)."""
+        return self_bias if self.bias_heads is None else self_bias[:, self.bias_heads]
 
     def forward(self, x, self_bias, enc=None, cross_bias=None):
         """``enc``: the encoder output, attended to by a decoder block (its keys and values are computed
         here, inside the block, so that FSDP can shard blocks as units); None skips cross-attention (an
         encoder pass, also of a shared stack)."""
-        x = _clamp_fp16(self.self_attn(x, self_bias))
+        x = _clamp_fp16(self.self_attn(x, self.own_bias(self_bias)))
         if enc is not None:
             x = _clamp_fp16(self.cross_attn(x, cross_bias, kv=self.cross_attn.keys_values(enc)))
         return _clamp_fp16(self.ff(x))
@@ -304,15 +313,18 @@ class Stack(nn.Module):
 
     The relative position bias (one scalar per head and bucket) lives here, once per stack, and the
     combined bias+mask is computed once per forward and shared by all blocks. Its buckets are bidirectional
-    where the stack's attention is (an encoder pass, a prefix LM), one-sided in a causal pass.
+    where the stack's attention is (an encoder pass, a prefix LM), one-sided in a causal pass. With
+    ``relative_attention_per_layer`` (UMT5) the table holds every layer's heads side by side, [buckets, L·H],
+    the bias is [B, L·H, T, S] and each block reads its own H heads (``Block.own_bias``).
     """
 
     def __init__(self, cfg: ModelConfig, num_layers: int, cross_attention: bool):
         super().__init__()
         self.num_buckets = cfg.relative_attention_num_buckets
         self.max_distance = cfg.relative_attention_max_distance
-        self.relative_attention_bias = nn.Embedding(cfg.relative_attention_num_buckets, cfg.num_heads)
-        self.blocks = nn.ModuleList([Block(cfg, cross_attention) for _ in range(num_layers)])
+        tables = num_layers if cfg.relative_attention_per_layer else 1
+        self.relative_attention_bias = nn.Embedding(cfg.relative_attention_num_buckets, cfg.num_heads * tables)
+        self.blocks = nn.ModuleList([Block(cfg, cross_attention, i) for i in range(num_layers)])
         self.final_layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon)
         self.dropout = Dropout(cfg.dropout_rate)
 
@@ -520,6 +532,9 @@ class T5(nn.Module):
                            f"{cfg.architecture} has one stack of num_layers layers, so leave num_decoder_layers out.")
         if cfg.attention == "flex":
             require_flex_attention()
+            if cfg.relative_attention_per_layer:
+                raise T2TError("model.attention=flex reads one relative position bias per stack, so a model with "
+                               "relative_attention_per_layer (UMT5) runs with model.attention=sdpa; set that.")
         self.config = cfg
         self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.architecture == "encoder_decoder":
@@ -804,7 +819,7 @@ class T5(nn.Module):
             attn = block.self_attn
             q, k, v = attn.project_qkv(attn.layer_norm(x), qkv_weights[i])  # [B, H, T, d_kv] each
             keys, values = store(i, k, v)
-            x = _clamp_fp16(x + attn.dropout(attn.attend(q, keys, values, self_bias)))
+            x = _clamp_fp16(x + attn.dropout(attn.attend(q, keys, values, block.own_bias(self_bias))))
             if cross_k:
                 x = _clamp_fp16(block.cross_attn(x, cross_bias, kv=(cross_k[i], cross_v[i])))
             x = _clamp_fp16(block.ff(x))
