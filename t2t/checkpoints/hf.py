@@ -32,6 +32,7 @@ from t2t.checkpoints.files import (
     write_with,
 )
 from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
+from t2t.data.byte_vocab import ByteVocabulary
 from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, Vocabulary, load_vocabulary, sentencepiece_spec
 from t2t.errors import T2TError, error_summary
 from t2t.hub import hub_failure
@@ -412,8 +413,8 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None, model_t
     """Write ``model`` as a Hugging Face T5 folder (config.json, generation_config.json, t5_beam_search.json,
     model.safetensors)
     loadable by ``transformers.T5ForConditionalGeneration.from_pretrained(out_dir)``; with ``vocabulary`` (a
-    SentencePieceVocabulary, a .model path or a run's vocab.json of that kind) also the tokenizer files
-    ``AutoTokenizer`` reads.
+    SentencePieceVocabulary or ByteVocabulary, a .model path, ``byte`` or a run's vocab.json of those kinds)
+    also the tokenizer files ``AutoTokenizer`` reads (T5's, or ByT5's ``ByT5Tokenizer``).
 
     ``out_dir`` is new, or holds only files an earlier export wrote: other weight files beside ours could
     be what a loader picks up. The export is written whole in a new folder beside it, then swapped in
@@ -501,12 +502,12 @@ def _export_dir(out: Path) -> Path:
     return out
 
 
-def _checked_vocabulary(vocabulary: Any, cfg: ModelConfig) -> SentencePieceVocabulary:
-    """The vocabulary to ship (a path is read as load_vocabulary reads it): SentencePiece is the one kind
-    Hugging Face's T5 tokenizer reads."""
+def _checked_vocabulary(vocabulary: Any, cfg: ModelConfig) -> SentencePieceVocabulary | ByteVocabulary:
+    """The vocabulary to ship (a path or ``byte`` is read as load_vocabulary reads it): SentencePiece (T5's
+    tokenizer) and bytes (ByT5's) are the kinds Hugging Face's tokenizers read."""
     if not isinstance(vocabulary, Vocabulary):
         vocabulary = load_vocabulary(vocabulary)
-    if not isinstance(vocabulary, SentencePieceVocabulary):
+    if not isinstance(vocabulary, (SentencePieceVocabulary, ByteVocabulary)):
         raise T2TError(f"the vocabulary {vocabulary.path} is of kind {vocabulary.kind}, which Hugging Face's T5 "
                        f"tokenizer cannot read; export without a vocabulary, or pass a SentencePiece one with "
                        f"--vocab.")
@@ -516,7 +517,34 @@ def _checked_vocabulary(vocabulary: Any, cfg: ModelConfig) -> SentencePieceVocab
     return vocabulary
 
 
-def _write_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
+def _write_tokenizer(vocabulary: SentencePieceVocabulary | ByteVocabulary, out: Path) -> None:
+    """The tokenizer files of the vocabulary's kind: :func:`_write_sentencepiece_tokenizer` or
+    :func:`_write_byte_tokenizer`."""
+    if isinstance(vocabulary, ByteVocabulary):
+        _write_byte_tokenizer(vocabulary, out)
+    else:
+        _write_sentencepiece_tokenizer(vocabulary, out)
+
+
+def _write_byte_tokenizer(vocabulary: ByteVocabulary, out: Path) -> None:
+    """tokenizer_config.json naming transformers' ``ByT5Tokenizer`` (it has no vocabulary file), with each
+    special id written out (``added_tokens_decoder``): pad 0, EOS 1 and unk 2 as ByT5Tokenizer makes them
+    (spaces around them stripped), and the sentinels counted down from the last id as in t2t and T5, where a
+    bare ``ByT5Tokenizer()`` of transformers 5 would number them upwards from 259 (t2t.data.byte_vocab)."""
+    special = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+    sentinels = {vocabulary.sentinel_id(i): f"<extra_id_{i}>" for i in range(vocabulary.extra_ids)}
+    strip = dict(lstrip=True, rstrip=True)
+    tokens = {vocabulary.pad_id: ("<pad>", strip), vocabulary.eos_id: ("</s>", strip),
+              vocabulary.unk_id: ("<unk>", strip), **{i: (t, {}) for i, t in sorted(sentinels.items())}}
+    decoder = {str(i): {"content": text, "lstrip": False, "rstrip": False, "normalized": False,
+                        "single_word": False, "special": True, **flags} for i, (text, flags) in tokens.items()}
+    config = {"tokenizer_class": "ByT5Tokenizer", **special, "extra_ids": vocabulary.extra_ids,
+              "additional_special_tokens": [f"<extra_id_{i}>" for i in range(vocabulary.extra_ids)],
+              "model_input_names": ["input_ids", "attention_mask"], "added_tokens_decoder": decoder}
+    write_text(out / "tokenizer_config.json", json.dumps(config, indent=2))
+
+
+def _write_sentencepiece_tokenizer(vocabulary: SentencePieceVocabulary, out: Path) -> None:
     """spiece.model, tokenizer.json and tokenizer_config.json: pad 0, EOS 1, unk 2, and ``extra_ids`` sentinels
     ``<extra_id_N>`` counted down from the last id, as in t2t.
 

@@ -50,7 +50,14 @@ from t2t.checkpoints import best as best_record
 from t2t.checkpoints import durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.durable import write_atomic
-from t2t.data.vocab import RECORD_FILE, SentencePieceVocabulary, Vocabulary, load_vocabulary, recorded_file
+from t2t.data.vocab import (
+    RECORD_FILE,
+    SentencePieceVocabulary,
+    Vocabulary,
+    load_vocabulary,
+    named_vocabulary,
+    recorded_file,
+)
 from t2t.errors import T2TError
 from t2t.models.presets import COMPUTE_FIELDS, resolve_model_config
 
@@ -517,13 +524,14 @@ def _is_ancestor(entry: Any) -> bool:
 
 
 def recorded_settings(settings: dict, vocab_path: str | os.PathLike) -> dict:
-    """The settings as a run records them: the vocabulary actually used and the data dir as absolute
-    paths (never ``vocab: null``), .py modules as absolute paths, and the sha256 of each module file (read
+    """The settings as a run records them: the vocabulary actually used (a path made absolute, or a kind's name
+    such as ``byte``; never ``vocab: null``) and the data dir as an absolute path, .py modules as absolute paths, and the sha256 of each module file (read
     now, after the training imported it), by which :func:`not_own_because` knows its copy later (the
     checkpoint writes them to a file of their own, t2t.checkpoints.native.MODULES_FILE)."""
     data_dir = settings.get("data_dir") or os.environ.get("T2T_DATA_DIR")
     files = [Path(m) for m in settings.get("modules", []) if is_module_file(m)]
-    return {**settings, "vocab": str(Path(vocab_path).resolve()),
+    vocab = str(vocab_path) if named_vocabulary(vocab_path) is not None else str(Path(vocab_path).resolve())
+    return {**settings, "vocab": vocab,
             "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
             "modules": [str(Path(m).resolve()) if is_module_file(m) else m for m in settings.get("modules", [])],
             checkpoint.MODULE_DIGESTS: {path.name: durable.sha256_of(path) for path in files}}
@@ -548,8 +556,10 @@ def is_module_file(spec: str) -> bool:
 
 
 def same_vocabulary(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two vocabulary files (a SentencePiece model, a run's vocab.json) hold one vocabulary."""
-    return same_file(a, b) or (Path(a).is_file() and Path(b).is_file() and load_vocabulary(a) == load_vocabulary(b))
+    """Whether two vocabularies (a SentencePiece model, a run's vocab.json, a kind's name such as ``byte``) are
+    one vocabulary."""
+    readable = all(Path(v).is_file() or named_vocabulary(v) is not None for v in (a, b))
+    return same_file(a, b) or (readable and load_vocabulary(a) == load_vocabulary(b))
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

@@ -181,8 +181,8 @@ def print_settings(data: dict) -> None:
 def add_locations(parser, vocab: bool = True) -> None:
     """--vocab, --data-dir and --module for the commands without settings dataclasses (show, tasks, vocab)."""
     if vocab:
-        parser.add_argument("--vocab", help="SentencePiece .model or a vocabulary record vocab.json "
-                                             "(default: $T2T_VOCAB, DATA_DIR/vocab, the hub)")
+        parser.add_argument("--vocab", help="SentencePiece .model, a vocabulary record vocab.json, or byte "
+                                             "(ByT5's bytes; default: $T2T_VOCAB, DATA_DIR/vocab, the hub)")
     parser.add_argument("--data-dir", help="root of local dataset copies (default: $T2T_DATA_DIR)")
     parser.add_argument("--module", action="append", default=[], dest="modules",
                         help="import a module or .py file that registers tasks (repeatable)")

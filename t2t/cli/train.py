@@ -26,6 +26,7 @@ from t2t.data.task import load_modules
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
 from t2t.models import distributed
+from t2t.models.presets import preset_vocabulary
 from t2t.models.t5 import resolve_model_config
 from t2t.training.train import DEFAULT_MODEL, TrainConfig, train, with_sequence_lengths
 
@@ -60,10 +61,13 @@ def parser() -> argparse.ArgumentParser:
 def settings(args: argparse.Namespace) -> TrainConfig:
     """The settings of this run: a run being resumed starts from its own. A model given for a resumed run stays
     as given: merged into the run's recorded fields, ``--model t5-small`` would name the run's own model, and
-    resuming could not tell that it differs (and refuse it)."""
+    resuming could not tell that it differs (and refuse it). A given model whose preset names a vocabulary
+    (``vocab: byte`` in configs/models/byt5-*.yaml) brings it when no --vocab is given."""
     given = resolve(TrainConfig, args, [TASK, *FLAGS])
     cfg = resolve(TrainConfig, args, [TASK, *FLAGS], base=resumed_settings(given.output_dir, given.verify_checkpoints))
-    return cfg if given.model is None else dataclasses.replace(cfg, model=given.model)
+    if given.model is None:
+        return cfg
+    return dataclasses.replace(cfg, model=given.model, vocab=cfg.vocab or preset_vocabulary(given.model))
 
 
 @run_cli(resumable=True)

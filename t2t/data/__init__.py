@@ -1,6 +1,7 @@
 """The data path: tasks and mixtures (task.py), sources, the vocabulary, text preprocessors, objectives,
 Winograd forms, tokenized splits, mixing rates, feature converters and the training-batch pipeline."""
 
+from t2t.data.byte_vocab import ByteVocabulary  # registers the "byte" vocabulary kind (--vocab byte)
 from t2t.data.sources import (
            CsvFiles,
            DataFiles,
@@ -17,4 +18,4 @@ from t2t.data.vocab import SentencePieceVocabulary, load_vocabulary
 
 __all__ = ["Task", "Mixture", "Feature", "register_task", "register_mixture", "get_task", "get_mixture",
            "Source", "HFDataset", "DataFiles", "JsonlFiles", "CsvFiles", "TsvFiles", "TextFiles",
-           "InMemorySource", "GeneratorSource", "SentencePieceVocabulary", "load_vocabulary"]
+           "InMemorySource", "GeneratorSource", "SentencePieceVocabulary", "ByteVocabulary", "load_vocabulary"]

@@ -5,8 +5,8 @@ dispatches on a vocabulary's kind, and SentencePiece's trainer (behind ``t2t-voc
 ``Vocabulary``): ``encode``, ``decode``, ``vocab_size``, ``pad_id``, ``eos_id``, ``unk_id`` and sentinel ids
 counted from the end. A run folder records its vocabulary as ``vocab.json`` (``{"kind": "sentencepiece",
 "file": "spiece.model", "extra_ids": 100}``) beside the files the kind writes, and :func:`load_vocabulary`
-reads such a record back through the kind's class in :data:`VOCABULARY_KINDS`. A new kind (ByT5's bytes) is
-one module with a subclass plus one :func:`register_vocabulary` line.
+reads such a record back through the kind's class in :data:`VOCABULARY_KINDS`. A new kind is one module with
+a subclass plus one :func:`register_vocabulary` line: ByT5's bytes are t2t.data.byte_vocab (``--vocab byte``).
 
 ``SentencePieceVocabulary`` follows ``seqio.SentencePieceVocabulary`` (names and behaviour):
 
@@ -191,6 +191,12 @@ class Vocabulary(ABC):
     def from_record(cls, file: Path, record: dict[str, Any]) -> Vocabulary:
         """The vocabulary that ``file`` (a run's vocab.json, or any .json the user wrote) records as ``record``;
         a file it names lies beside it (:func:`recorded_file`)."""
+
+    @classmethod
+    def named(cls) -> Vocabulary | None:
+        """The vocabulary the kind's bare name stands for (``--vocab byte``), for a kind that needs no file;
+        None (the default): the kind is read from a file."""
+        return None
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         return [self.encode(text) for text in texts]
@@ -387,9 +393,20 @@ def recorded_file(file: Path, record: dict[str, Any]) -> Path:
     return Path(file).parent / name
 
 
+def named_vocabulary(name: str | os.PathLike) -> Vocabulary | None:
+    """The vocabulary a kind's bare name stands for (``byte``: ByT5's), None for anything else (a path). The
+    name wins over a file of that name in the working directory; ``./byte`` reads the file."""
+    name = os.fspath(name)
+    cls = VOCABULARY_KINDS.get(name) if isinstance(name, str) and name in VOCABULARY_KINDS else None
+    return cls.named() if cls is not None else None
+
+
 def read_vocabulary(path: str | os.PathLike, extra_ids: int = DEFAULT_EXTRA_IDS) -> Vocabulary:
-    """The vocabulary at ``path``: a .json vocabulary record (a run's vocab.json; any registered kind), else a
-    SentencePiece model with ``extra_ids`` sentinels."""
+    """The vocabulary at ``path``: a kind's name (:func:`named_vocabulary`), a .json vocabulary record (a run's
+    vocab.json; any registered kind), else a SentencePiece model with ``extra_ids`` sentinels."""
+    named = named_vocabulary(path)
+    if named is not None:
+        return named
     path = Path(path)
     if path.suffix != ".json":
         return SentencePieceVocabulary(path, extra_ids)
@@ -412,8 +429,8 @@ def load_vocabulary(
     data_dir: str | os.PathLike | None = None,
     extra_ids: int = DEFAULT_EXTRA_IDS,
 ) -> Vocabulary:
-    """The vocabulary from the first of: ``path`` (--vocab: a run's vocab.json or a SentencePiece model, see
-    :func:`read_vocabulary`), ``$T2T_VOCAB``,
+    """The vocabulary from the first of: ``path`` (--vocab: ``byte``, a run's vocab.json or a SentencePiece
+    model, see :func:`read_vocabulary`), ``$T2T_VOCAB``,
     ``<data_dir or $T2T_DATA_DIR>/vocab/t5_spiece.model``, or T5's ``spiece.model`` from the Hugging Face hub
     (``google-t5/t5-small``, through huggingface_hub's cache, so it also works offline once cached).
 
@@ -424,9 +441,10 @@ def load_vocabulary(
         return read_vocabulary(path, extra_ids)
     env_path = os.environ.get("T2T_VOCAB")
     if env_path:
-        if not Path(env_path).is_file():
+        if not Path(env_path).is_file() and named_vocabulary(env_path) is None:
             raise T2TError(
-                f"T2T_VOCAB points to {env_path}, which is not a file; set it to a SentencePiece .model file."
+                f"T2T_VOCAB points to {env_path}, which is not a file; set it to a SentencePiece .model file "
+                f"or to byte (ByT5's bytes)."
             )
         return read_vocabulary(env_path, extra_ids)
     root = resolve_data_dir(data_dir)  # a data dir that does not exist is named here, not blamed on the vocabulary

@@ -82,7 +82,7 @@ class EvalConfig(DecodingConfig):
     mixture: str = ""                 # a task or mixture name (--task / --mixture)
     checkpoint: str = ""              # a run's output dir (latest checkpoint), one checkpoint, or a HF T5
     split: str = "validation"         # split to evaluate
-    vocab: str | None = None          # .model or vocab.json (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, the hub)
+    vocab: str | None = None          # .model, vocab.json or byte (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, hub)
     data_dir: str | None = None       # root of local data copies (default: the run's, else $T2T_DATA_DIR)
     max_examples: int | None = None   # evaluate the first N examples of each task (default: all)
     output_dir: str | None = None     # results go to <output_dir>/<split>/; default RUN/eval (a run dir),

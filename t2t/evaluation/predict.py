@@ -43,7 +43,7 @@ REFERENCE_EXAMPLES = 16  # examples of a task's data that input lines are checke
 class PredictConfig(DecodingConfig):
     checkpoint: str = ""              # a run's output dir (latest checkpoint), one checkpoint, or a HF T5
     task: str | None = None           # inputs are JSON objects of this task's raw fields
-    vocab: str | None = None          # .model or vocab.json (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, the hub)
+    vocab: str | None = None          # .model, vocab.json or byte (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, hub)
     data_dir: str | None = None       # root of local data copies (default: the run's, else $T2T_DATA_DIR)
     modules: list[str] = field(default_factory=list)   # modules or .py files registering tasks (default: the run's)
     device: str = "auto"              # auto, cpu, cuda or cuda:N

@@ -94,4 +94,29 @@ def _model_fields(setting: str | Path | Mapping, seen: tuple[Path, ...]) -> dict
     path = config_lib.find_config(preset, "models")
     if path.resolve() in seen:
         raise T2TError(f"model preset {path} names itself as its preset (through {seen[-1]}); break the cycle.")
-    return config_lib.merge(_model_fields(config_lib.read_config_file(path), seen + (path.resolve(),)), fields)
+    preset_fields = {k: v for k, v in config_lib.read_config_file(path).items() if k != PRESET_VOCAB}
+    return config_lib.merge(_model_fields(preset_fields, seen + (path.resolve(),)), fields)
+
+
+#: a preset file's ``vocab:`` (``byte`` in configs/models/byt5-*.yaml): the vocabulary its model was made for,
+#: which t2t-train reads when the run names none (not a ModelConfig field: the network never sees it)
+PRESET_VOCAB = "vocab"
+
+
+def preset_vocabulary(setting: str | Path | Mapping | None) -> str | None:
+    """The vocabulary the ``model`` setting's preset file names (or a preset it refines), None for none."""
+    preset = setting.get(config_lib.PRESET) if isinstance(setting, Mapping) else setting
+    seen: set[Path] = set()
+    while preset is not None:
+        path = config_lib.find_config(preset, "models")
+        if path.resolve() in seen:
+            return None  # a cycle: resolve_model_config says so
+        seen.add(path.resolve())
+        fields = config_lib.read_config_file(path)
+        if PRESET_VOCAB in fields:
+            if not isinstance(fields[PRESET_VOCAB], str):
+                raise T2TError(f"model preset {path} has vocab {fields[PRESET_VOCAB]!r}, not a vocabulary name or "
+                               f"path; write e.g. vocab: byte.")
+            return fields[PRESET_VOCAB]
+        preset = fields.get(config_lib.PRESET)
+    return None

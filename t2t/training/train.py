@@ -60,7 +60,7 @@ class TrainConfig:
     mixture: str = ""                 # a task or mixture name (--task / --mixture)
     model: str | dict | None = None   # preset in configs/models or a config file, or {preset: NAME, <field>: value}; None: t5-small, or init_from's model
     init_from: str | None = None      # our checkpoint or run dir, a Hugging Face T5 folder or hub id, a t5x checkpoint
-    vocab: str | None = None          # SentencePiece .model or vocab.json (resuming: the run's vocab.json)
+    vocab: str | None = None          # SentencePiece .model, vocab.json or byte (resuming: the run's vocab.json)
     data_dir: str | None = None       # root of local data copies (default: $T2T_DATA_DIR)
     output_dir: str = "runs/t2t"      # the run folder; training again in it resumes
     modules: list[str] = field(default_factory=list)  # modules or .py files registering tasks (copied to the run)

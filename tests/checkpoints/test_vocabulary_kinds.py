@@ -105,7 +105,8 @@ def test_a_run_of_another_vocabulary_kind_evaluates_after_a_move_through_its_rec
         to_hf(load_model(tmp_path / "moved"), tmp_path / "hf", vocabulary=vocab)
     VOCABULARY_KINDS.unregister("test_chars")
     with pytest.raises(T2TError, match=r"^vocabulary record .*moved/vocab.json is of kind 'test_chars', which is not "
-                                       r"registered \(the registered kinds are sentencepiece\); pass the --module"):
+                                       r"registered \(the registered kinds are byte, sentencepiece\); pass the "
+                                       r"--module"):
         load_vocabulary(run.vocab)
     register_vocabulary(CharVocabulary)  # the fixture unregisters it
 
