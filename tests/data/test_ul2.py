@@ -2,19 +2,26 @@
 and its span statistics, chunks that no denoiser overflows, packing, the registered tasks and exact resume."""
 
 import collections
+import json
 import math
 
 import numpy as np
 import pytest
 
 import t2t
+from t2t import config
 from t2t.data import objectives as ob
 from t2t.data import ul2
+from t2t.data.pipeline import build_train_batches
 from t2t.data.task import get_task
 from t2t.data.vocab import SentencePieceVocabulary, train_vocabulary
 from t2t.errors import T2TError
 from t2t.tasks import c4 as c4_module
 from t2t.testing import TINY_TEXT, TINY_VOCAB_PIECES, tiny_vocabulary
+from t2t.training import train as train_module
+from t2t.training.train import TrainConfig, train
+
+TINY_MODEL = dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.1)
 
 DRAWS = 10_000
 LENGTHS = {"inputs": 512, "targets": 512}  # the paper's (UL2 20B trains 512/512)
@@ -30,20 +37,23 @@ def vocab(tmp_path_factory):
     return SentencePieceVocabulary(model, SENTINELS)
 
 
+#: §3.1.2's final mixture as (kind, mode token, μ, r), equal shares: what the draws below are read against
+PAPER = [("R", "[NLU]", 3.0, 0.15), ("R", "[NLU]", 8.0, 0.15), ("S", "[S2S]", None, 0.25), ("X", "[NLG]", 3.0, 0.5),
+         ("X", "[NLG]", 8.0, 0.5), ("X", "[NLG]", 64.0, 0.15), ("X", "[NLG]", 64.0, 0.5)]
+
+
 def test_the_mixture_is_the_papers():
-    """§3.1.2's final mixture: R (μ=3, r=.15), (μ=8, r=.15); S (r=.25); X (μ=3, r=.5), (μ=8, r=.5),
-    (μ=64, r=.15), (μ=64, r=.5); R speaks [NLU], X [NLG], S [S2S]; equal shares."""
-    got = [(d.kind, d.mode, d.mean_noise_span_length, d.noise_density, d.share) for d in ul2.UL2_DENOISERS]
-    assert got == [("R", "[NLU]", 3.0, 0.15, 1.0), ("R", "[NLU]", 8.0, 0.15, 1.0), ("S", "[S2S]", None, 0.25, 1.0),
-                   ("X", "[NLG]", 3.0, 0.5, 1.0), ("X", "[NLG]", 8.0, 0.5, 1.0), ("X", "[NLG]", 64.0, 0.15, 1.0),
-                   ("X", "[NLG]", 64.0, 0.5, 1.0)]
+    """R (μ=3, r=.15), (μ=8, r=.15); S (r=.25); X (μ=3, r=.5), (μ=8, r=.5), (μ=64, r=.15), (μ=64, r=.5);
+    R speaks [NLU], X [NLG], S [S2S]; equal shares."""
+    got = [(d.kind, d.mode, d.mean_noise_span_length, d.noise_density) for d in ul2.UL2_DENOISERS]
+    assert got == PAPER and {d.share for d in ul2.UL2_DENOISERS} == {1.0}
     assert t2t.get_objective("mixture_of_denoisers").func is ul2.ul2
 
 
-def paper_counts(length: int, d: ul2.Denoiser) -> tuple[int, int]:
+def paper_counts(length: int, mean_span: float, rate: float) -> tuple[int, int]:
     """(noise tokens, noise spans) of a span denoiser on ``length`` tokens: round(L·r), round(that / μ)."""
-    noise = round(length * d.noise_density)
-    return noise, max(1, round(noise / d.mean_noise_span_length))
+    noise = round(length * rate)
+    return noise, max(1, round(noise / mean_span))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +64,8 @@ def draws(vocab):
     length = ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=vocab)
     tokens = np.random.default_rng(0).integers(3, vocab.vocab_size - SENTINELS, size=length)
     modes = {m: np.asarray(vocab.encode(m)) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)}
-    by_counts = {(d.mode, paper_counts(length, d)): i for i, d in enumerate(ul2.UL2_DENOISERS) if d.kind != "S"}
+    by_counts = {(mode, paper_counts(length, mean, rate)): i for i, (kind, mode, mean, rate) in enumerate(PAPER)
+                 if kind != "S"}
     assert len(by_counts) == 6  # the six span denoisers are told apart by their counts
     rng, seen = np.random.default_rng(1), collections.defaultdict(list)
     for _ in range(DRAWS):
@@ -67,14 +78,15 @@ def draws(vocab):
             continue
         spans = int(np.sum(targets >= vocab.vocab_size - SENTINELS))
         index = by_counts[(mode, (targets.size - spans, spans))]
-        np.testing.assert_array_equal(ob.restore_from_span_corruption(inputs, targets, vocab.vocab_size), tokens)
+        if len(seen[index]) < 100:  # the first draws of each: the text comes back whole
+            np.testing.assert_array_equal(ob.restore_from_span_corruption(inputs, targets, vocab.vocab_size), tokens)
         seen[index].append((targets.size - spans, spans))
     return {"length": length, "seen": seen}
 
 
 def test_each_denoiser_is_drawn_at_its_share(draws):
     """Within 3 standard errors of 1/7 over 10,000 draws (and only from the mode tokens and counts above)."""
-    p = 1 / len(ul2.UL2_DENOISERS)
+    p = 1 / len(PAPER)
     tolerance = 3 * math.sqrt(p * (1 - p) / DRAWS)
     shares = {i: len(v) / DRAWS for i, v in draws["seen"].items()}
     assert sum(len(v) for v in draws["seen"].values()) == DRAWS
@@ -86,13 +98,13 @@ def test_span_denoisers_corrupt_at_their_rate_in_spans_of_their_mean_length(draw
     counts), so its corruption rate is r within 0.5/L and its mean span length μ within 0.5·μ/spans (the
     rounding of the span count is all that separates them)."""
     length = draws["length"]
-    for index, d in enumerate(ul2.UL2_DENOISERS):
-        if d.kind == "S":
+    for index, (kind, _, mean, rate) in enumerate(PAPER):
+        if kind == "S":
             continue
         (noise, spans), = set(draws["seen"][index])
-        assert (noise, spans) == paper_counts(length, d)
-        assert abs(noise / length - d.noise_density) <= 0.5 / length + 1e-12, d
-        assert abs(noise / spans - d.mean_noise_span_length) <= 0.5 * d.mean_noise_span_length / spans + 1e-12, d
+        assert (noise, spans) == paper_counts(length, mean, rate)
+        assert abs(noise / length - rate) <= 0.5 / length + 1e-12, (mean, rate)
+        assert abs(noise / spans - mean) <= 0.5 * mean / spans + 1e-12, (mean, rate)
 
 
 def test_the_s_denoiser_makes_its_last_quarter_the_targets(draws):
@@ -171,3 +183,64 @@ def test_the_tasks_are_registered_at_the_papers_lengths():
         assert task.token_preprocessors[0].keywords["objective"] is ul2.ul2
     assert get_task("c4_ul2").source.describe() == c4_module.c4_v220_span_corruption.source.describe()
     assert get_task("corpus_ul2").source.describe() == get_task("corpus").source.describe()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# corpus_ul2 in the pipeline and in training (a text folder made here, so this runs without T2T_DATA_DIR)
+
+RUN_LENGTHS = {"input_length": 64, "target_length": 64}
+
+
+@pytest.fixture(scope="module")
+def text_dir(tmp_path_factory):
+    """A data dir whose corpus/ holds a few paragraphs of the tiny vocabulary's text (dozens of UL2 chunks)."""
+    root = tmp_path_factory.mktemp("ul2_data")
+    paragraphs = [line for line in TINY_TEXT.splitlines() if line.strip()]
+    for k in range(3):
+        (root / "corpus").mkdir(exist_ok=True)
+        (root / "corpus" / f"part{k}.txt").write_text("\n\n".join(paragraphs[k::3] * 4))
+    return root
+
+
+def test_corpus_ul2_examples_open_with_every_mode_and_are_never_trimmed(vocab, text_dir):
+    """The task's draws, as the trainer gets them, open with the three mode tokens and fit the lengths whole."""
+    stream = build_train_batches("corpus_ul2", vocab=vocab, batch_size=8, seed=3, data_dir=text_dir, **RUN_LENGTHS)
+    examples = stream.next_examples(200)
+    modes = {m: vocab.encode(m) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)}
+    opened = collections.Counter(next(m for m, ids in modes.items() if list(e["inputs"][:len(ids)]) == ids)
+                                 for e in examples)
+    assert set(opened) == set(modes) and opened[ul2.X_MODE] > opened[ul2.S_MODE]  # 4 of 7 are X-denoisers
+    assert all(e["inputs"].size <= 64 and e["targets"].size <= 64 for e in examples)
+    assert not stream.streams["corpus_ul2"].trim_warned
+
+
+@pytest.mark.integration
+def test_a_corpus_ul2_run_stopped_and_resumed_logs_the_uninterrupted_losses(vocab, text_dir, tmp_path, monkeypatch):
+    """A tiny model trains corpus_ul2 for 4 steps (checkpoint at 2); a second run dies entering step 4 and is run
+    again: its logged steps, losses and rates are the uninterrupted run's (the denoiser of every example,
+    drawn from the pipeline's per-draw rng, comes back with the data state)."""
+    model = tmp_path / "tiny.json"
+    model.write_text(json.dumps(TINY_MODEL))
+
+    def run(out):
+        cfg = config.from_dict(TrainConfig, dict(
+            mixture="corpus_ul2", model=str(model), vocab=str(vocab.path), data_dir=str(text_dir),
+            output_dir=str(tmp_path / out), train_steps=4, save_every=2, log_every=1, batch_size=4, seed=1,
+            loggers=["jsonl"],
+            optimizer={"name": "adamw", "learning_rate": 1e-2}, **RUN_LENGTHS))
+        return [(r["step"], r["loss"], r["learning_rate"]) for r in train(cfg)]
+
+    straight = run("straight")
+    real_step = train_module.train_step
+
+    def die_entering_step_4(*args):
+        if args[-1] == 3:
+            raise KeyboardInterrupt
+        return real_step(*args)
+
+    monkeypatch.setattr(train_module, "train_step", die_entering_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        run("resumed")
+    monkeypatch.undo()
+    assert run("resumed") == straight
+    assert len({loss for _, loss, _ in straight}) == 4
