@@ -1,4 +1,5 @@
-"""t5x checkpoints: Flax msgpack files → a t2t model (optional, needs ``msgpack``).
+"""t5x checkpoints → a t2t model: Flax msgpack files, and the TensorStore arrays (zarr, OCDBT) that t5x
+and orbax write beside them (t2t.checkpoints.tensorstore_arrays; optional: ``msgpack``, ``tensorstore``).
 
 The architecture is read off the weight shapes; kernels are stored [in, out] and transposed to PyTorch's
 [out, in]. Arrays are decoded from their raw bytes, so no code in the file is ever run.
@@ -14,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from t2t.checkpoints import tensorstore_arrays
 from t2t.checkpoints.files import assign_weights, check_state_dict, expected_shapes
+from t2t.checkpoints.tensorstore_arrays import ArrayRef, array_ref
 from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5, ModelConfig
 
@@ -28,33 +31,91 @@ _T5X_PROJ = {"query": "q", "key": "k", "value": "v", "out": "o", "wi": "wi", "wi
              "wo": "wo"}
 
 
-CHECKPOINT_FILE = "checkpoint"  # t5x's checkpoint_N/checkpoint
+CHECKPOINT_FILE = "checkpoint"  # t5x's checkpoint_N/checkpoint (orbax's older aggregate file has the name too)
+STATE_DIR = "state"  # t5x's orbax layout: checkpoint_N/state/ holds the train state
 _MSGPACK_MAPS = {*range(0x80, 0x90), 0xDE, 0xDF}  # fixmap, map 16, map 32
 
 
 def is_t5x_file(path: Path) -> bool:
     """Whether the file ``path`` starts as a Flax msgpack checkpoint does: a map with an ``optimizer`` key
-    among its first (t5x writes ``{version, optimizer}``)."""
+    (t5x writes ``{version, optimizer}``) or a ``target`` key (orbax's aggregate file of a t5x train state)
+    among its first bytes."""
     try:
         with open(path, "rb") as f:
             head = f.read(64)
     except OSError as e:
         raise T2TError(f"cannot read {path}: {e.strerror or e}; check that it is readable.") from None
-    return bool(head) and head[0] in _MSGPACK_MAPS and b"optimizer" in head
+    return bool(head) and head[0] in _MSGPACK_MAPS and (b"optimizer" in head or b"target" in head)
+
+
+def is_t5x_folder(path: Path) -> bool:
+    """Whether the folder ``path`` holds a t5x checkpoint: t5x's ``checkpoint`` msgpack, orbax's
+    ``_METADATA`` or OCDBT manifest, or (t5x with orbax) a ``state`` folder holding one of them."""
+    folder = path / STATE_DIR if (path / STATE_DIR).is_dir() else path
+    return (folder / CHECKPOINT_FILE).is_file() or _is_orbax_folder(folder)
+
+
+def _is_orbax_folder(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in (tensorstore_arrays.METADATA_FILE,
+                                                      tensorstore_arrays.OCDBT_MANIFEST))
 
 
 def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
-    """A t2t model from a t5x checkpoint in Flax's msgpack format (a ``checkpoint`` file, or the folder
-    holding one). The architecture is read off the weight shapes; T5 1.1-style models (gated-GELU, separate
-    ``logits_dense``) and T5 1.0-style (ReLU ``wi``, logits via the embedding) are recognised.
-    ``relative_attention_max_distance`` (not stored) is t5x's default 128."""
+    """A t2t model from a t5x checkpoint: its ``checkpoint`` msgpack file, or the ``checkpoint_N`` folder
+    (with t5x's orbax layout, ``checkpoint_N/state``). Arrays may be inline (Flax msgpack) or TensorStore
+    arrays beside it: zarr folders named by t5x specs or orbax placeholders, or an OCDBT database (its
+    tree in orbax's ``_METADATA``); see t2t.checkpoints.tensorstore_arrays. The architecture is read off the weight
+    shapes; T5 1.1-style models (gated-GELU, separate ``logits_dense``) and T5 1.0-style (ReLU ``wi``,
+    logits via the embedding) are recognised. ``relative_attention_max_distance`` (not stored) is t5x's
+    default 128."""
     try:
-        import msgpack
+        import msgpack  # noqa: F401 -- checked first: every t5x layout but a bare OCDBT one needs it
     except ImportError:
         raise T2TError("reading t5x checkpoints needs the msgpack package; pip install msgpack.") from None
-    file = Path(path)
-    if file.is_dir():
-        file = file / CHECKPOINT_FILE
+    folder, file = _locate(Path(path))
+    orbax = tensorstore_arrays.read_orbax_tree(folder)
+    source = file or folder
+    tree = _read_msgpack(file) if file is not None else orbax.tree
+    driver = orbax.driver if orbax else "zarr"
+    flat = _flatten_t5x(_parameters(tree), source, driver)
+    refs = {name: value for name, value in flat.items() if isinstance(value, ArrayRef)}
+    if refs:
+        ocdbt = orbax.use_ocdbt if orbax else (folder / tensorstore_arrays.OCDBT_MANIFEST).exists()
+        flat.update(tensorstore_arrays.read_arrays(folder, refs, ocdbt))
+    weights = {}
+    for name, value in flat.items():
+        key = _t5x_key(name)
+        if key is None:
+            raise T2TError(f"t5x checkpoint {source} has a parameter t2t does not know ({name}); only T5 "
+                           f"encoder-decoder checkpoints can be converted.")
+        weights[key] = value.T.contiguous() if name.endswith(("/kernel", "/rel_embedding")) else value
+    return model_from_weights(weights, source, dropout_rate)
+
+
+def model_from_weights(weights: dict[str, torch.Tensor], source: Path, dropout_rate: float = 0.1) -> T5:
+    """A model whose ModelConfig is read off ``weights`` (t2t's names; see ``config_from_weights``), checked
+    against them and given them: the last step of every converter that has no config file to read."""
+    cfg = config_from_weights(weights, source, dropout_rate)
+    model = T5.from_config(cfg, device="meta")
+    check_state_dict(weights, expected_shapes(model), source, "the architecture read off its shapes")
+    return assign_weights(model, weights)
+
+
+def _locate(path: Path) -> tuple[Path, Path | None]:
+    """The folder a checkpoint's arrays lie in, and its msgpack file (None where orbax's ``_METADATA`` or
+    OCDBT database alone gives the tree). A missing file is reported when it is read."""
+    if not path.is_dir():
+        return path.parent, path
+    folder = path / STATE_DIR if (path / STATE_DIR).is_dir() else path
+    file = folder / CHECKPOINT_FILE
+    if file.is_file() or not _is_orbax_folder(folder):
+        return folder, file
+    return folder, None
+
+
+def _read_msgpack(file: Path) -> dict:
+    import msgpack
+
     try:
         raw = file.read_bytes()
     except OSError as e:
@@ -62,23 +123,23 @@ def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
                        f"its folder.") from None
     try:
         tree = msgpack.unpackb(raw, ext_hook=_t5x_ext_hook, raw=False, strict_map_key=False)
-        params = tree["optimizer"]["target"]
-    except Exception as e:  # msgpack's own errors, a missing key, a dtype numpy does not know …
-        raise T2TError(f"t5x checkpoint {file} cannot be decoded as a Flax msgpack checkpoint with "
-                       f"optimizer.target ({type(e).__name__}: {error_summary(e)}); the file is corrupt or in "
-                       f"another format.") from None
-    flat = _flatten_t5x(params, file)
-    weights = {}
-    for name, value in flat.items():
-        key = _t5x_key(name)
-        if key is None:
-            raise T2TError(f"t5x checkpoint {file} has a parameter t2t does not know ({name}); only T5 "
-                           f"encoder-decoder checkpoints can be converted.")
-        weights[key] = value.T.contiguous() if name.endswith(("/kernel", "/rel_embedding")) else value
-    cfg = _t5x_config(weights, file, dropout_rate)
-    model = T5.from_config(cfg, device="meta")
-    check_state_dict(weights, expected_shapes(model), file, "the architecture read off its shapes")
-    return assign_weights(model, weights)
+    except Exception as e:  # msgpack's own errors, a dtype numpy does not know …
+        raise T2TError(f"t5x checkpoint {file} cannot be decoded as a Flax msgpack checkpoint "
+                       f"({type(e).__name__}: {error_summary(e)}); the file is corrupt or in another "
+                       f"format.") from None
+    if not isinstance(tree, dict):
+        raise T2TError(f"t5x checkpoint {file} holds a {type(tree).__name__}, not a tree of parameters; the "
+                       f"file is corrupt or in another format.")
+    return tree
+
+
+def _parameters(tree: dict) -> dict:
+    """The model's parameters in a checkpoint's tree: t5x's ``{version, optimizer: {target, state}}``,
+    orbax's ``{target, state}`` (a t5x train state), Flax's ``{params}``, or the parameters themselves."""
+    for key in ("optimizer", "target", "params"):
+        if isinstance(tree.get(key), dict):
+            tree = tree[key]
+    return tree
 
 
 def _t5x_ext_hook(code: int, data: bytes):
@@ -96,21 +157,24 @@ def _t5x_ext_hook(code: int, data: bytes):
     return torch.from_numpy(array.copy()).reshape(shape)
 
 
-def _flatten_t5x(tree: Any, file: Path, prefix: str = "") -> dict[str, torch.Tensor]:
+def _flatten_t5x(tree: Any, file: Path, driver: str, prefix: str = "") -> dict[str, torch.Tensor | ArrayRef]:
+    """``{"encoder/layers_0/mlp/wo/kernel": tensor or ArrayRef}``; ``driver`` is that of orbax placeholders."""
     out = {}
     for key, value in tree.items():
         name = f"{prefix}/{key}" if prefix else str(key)
-        if isinstance(value, dict):
+        ref = array_ref(value, driver)
+        if ref is not None:
+            out[name] = ref
+        elif isinstance(value, dict):
             if "__msgpack_chunked_array__" in value:
                 raise T2TError(f"t5x checkpoint {file} stores {name} in chunks, which t2t does not read; "
                                f"convert a smaller checkpoint or restore it with t5x first.")
-            out.update(_flatten_t5x(value, file, name))
-        elif isinstance(value, torch.Tensor):
+            out.update(_flatten_t5x(value, file, driver, name))
+        elif isinstance(value, (torch.Tensor, ArrayRef)):
             out[name] = value
         else:
-            raise T2TError(f"t5x checkpoint {file} holds no array for {name} (got {type(value).__name__}; "
-                           f"tensorstore checkpoints keep arrays in separate files); use a msgpack-only "
-                           f"checkpoint.")
+            raise T2TError(f"t5x checkpoint {file} holds no array for {name} (got {type(value).__name__}); the "
+                           f"file is corrupt or not a t5x checkpoint.")
     return out
 
 
@@ -138,7 +202,9 @@ def _t5x_key(name: str) -> str | None:
     return None
 
 
-def _t5x_config(weights: dict[str, torch.Tensor], file: Path, dropout_rate: float) -> ModelConfig:
+def config_from_weights(weights: dict[str, torch.Tensor], source: Path, dropout_rate: float = 0.1) -> ModelConfig:
+    """The ModelConfig that weights in t2t's names imply: sizes from the embedding, the position bias and the
+    first layer; gated-GELU where ``wi_0`` exists (T5 1.1), an untied output layer where ``lm_head`` does."""
     try:
         vocab_size, d_model = weights["shared.weight"].shape
         num_buckets, num_heads = weights["encoder.relative_attention_bias.weight"].shape
@@ -146,7 +212,7 @@ def _t5x_config(weights: dict[str, torch.Tensor], file: Path, dropout_rate: floa
         gated = "encoder.blocks.0.ff.wi_0.weight" in weights
         d_ff = weights[f"encoder.blocks.0.ff.{'wi_0' if gated else 'wi'}.weight"].shape[0]
     except KeyError as e:
-        raise T2TError(f"t5x checkpoint {file} lacks {e.args[0]} (in t2t's names), so its architecture cannot "
+        raise T2TError(f"checkpoint {source} lacks {e.args[0]} (in t2t's names), so its architecture cannot "
                        f"be read; only T5 encoder-decoder checkpoints can be converted.") from None
 
     def count(stack: str) -> int:
