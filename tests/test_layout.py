@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "t2t"
 # Layers, lowest first; a module may import its own layer's modules and any lower layer's.
 LAYERS = [
-    {"t2t.errors", "t2t.config", "t2t.registry", "t2t.hub", "t2t.terminal", "t2t.allocator"},
+    {"t2t.errors", "t2t.config", "t2t.registry", "t2t.hub", "t2t.terminal", "t2t.allocator", "t2t.extras"},
     {"t2t.models"},
     {"t2t.data"},
     {"t2t.checkpoints"},
@@ -26,7 +26,8 @@ LAYERS = [
 # Imported where used: optional dependencies (t2t runs without them), and heavy libraries that `import t2t`
 # and most commands never need (datasets and huggingface_hub take seconds; matplotlib only draws plots;
 # torch.distributed's FSDP and checkpoint modules only under torchrun).
-ON_USE = {"transformers", "tokenizers", "msgpack", "datasets", "huggingface_hub", "matplotlib", "torch.distributed"}
+ON_USE = {"transformers", "tokenizers", "msgpack", "datasets", "huggingface_hub", "matplotlib", "torch.distributed",
+          "peft"}
 
 
 def module_name(path: Path) -> str:

@@ -3,6 +3,7 @@
 - ``write_file(path, data)``: bytes written and fsynced, with the mode the user's umask asks for;
   ``write_error`` turns a failed write (disk full, ``ulimit -f``, read-only) into one
   :class:`~t2t.errors.T2TError` sentence.
+- ``publish_folder(out, fill, what)``: a folder written whole beside ``out``, then renamed into place.
 - ``append_line(path, line)``: one line appended; a failed write is cut off again, so the file never keeps
   half a line of ours.
 - ``sha256_of`` and the ``checksums.sha256`` format of ``sha256sum`` (``sha256sum -c`` checks a checkpoint,
@@ -23,8 +24,9 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from t2t.errors import T2TError
 
@@ -135,6 +137,37 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise write_error(e, str(path)) from None
+
+
+def publish_folder(out: Path, fill: Callable[[Path], None], what: str) -> Path:
+    """Write a folder whole under a temporary name beside ``out`` (``fill(folder)`` writes its files), then
+    give it the name ``out``: a failure (a full disk) leaves what was at ``out`` as it was, with ``what`` named
+    in one sentence. An earlier folder at ``out`` is renamed aside first and deleted after, so a reader finds
+    the earlier folder or the new one, each whole (only a kill between the two renames leaves neither at
+    ``out``, and the earlier one as ``.old-<name>.<pid>`` beside it)."""
+    new = out.with_name(f".tmp-{out.name}.{os.getpid()}")
+    try:
+        new.mkdir()  # the user's umask applies
+        fill(new)
+        fsync_dir(new)
+        _swap_in(new, out)
+    except BaseException as e:
+        shutil.rmtree(new, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise write_error(e, what) from None
+        raise
+    return out
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    old = out.with_name(f".old-{out.name}.{os.getpid()}")
+    had_one = out.exists()
+    if had_one:
+        os.replace(out, old)
+    os.replace(new, out)
+    fsync_dir(out.parent)
+    if had_one:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def append_line(path: Path, line: str) -> None:

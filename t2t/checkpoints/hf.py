@@ -428,6 +428,10 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None, model_t
     if model.config.adapter_dim:
         raise T2TError("Hugging Face's T5 has no adapter layers, so a model with adapters cannot be exported; "
                        "fine-tune without transfer.adapter_dim to export.")
+    if model.config.lora_rank:
+        raise T2TError("Hugging Face's T5 has no LoRA layers; fold them into the weights first "
+                       "(t2t.models.lora.drop_lora(model, merge=True), as t2t-export --to hf does), or write a "
+                       "PEFT adapter (t2t.checkpoints.peft.to_peft, t2t-export --to peft).")
     if model.config.architecture != "encoder_decoder":
         raise T2TError(f"Hugging Face's T5 is an encoder_decoder, so a {model.config.architecture} model cannot be "
                        f"exported; export encoder_decoder models only.")

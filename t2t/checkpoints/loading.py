@@ -15,6 +15,7 @@ from t2t.checkpoints.files import assign_weights, check_state_dict, expected_sha
 from t2t.checkpoints.native import BASE_FILE, CONFIG_FILE, MODEL_FILE, latest_checkpoint, verify_checkpoint
 from t2t.checkpoints.run import find_run
 from t2t.errors import T2TError
+from t2t.models.lora import add_lora
 from t2t.models.t5 import T5, ModelConfig, add_adapters
 
 
@@ -83,7 +84,7 @@ def load_native_model(path: Path, verify: bool = True) -> T5:
 
 
 def _load_on_base(path: Path, cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> T5:
-    """A trained-only checkpoint: its base model, given adapters if it has them, then its tensors."""
+    """A trained-only checkpoint: its base model, given adapters or LoRA if it has them, then its tensors."""
     base = read_json(path / BASE_FILE, "base reference")["base"]
     if not Path(base).exists() and Path(base).is_absolute():
         raise T2TError(f"checkpoint {path} holds only trained parameters and its base {base} is gone; put the "
@@ -91,6 +92,8 @@ def _load_on_base(path: Path, cfg: ModelConfig, weights: dict[str, torch.Tensor]
     model = load_model(base)
     if cfg.adapter_dim and not model.config.adapter_dim:
         add_adapters(model, cfg.adapter_dim)
+    if cfg.lora_rank and not model.config.lora_rank:
+        add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
     if _shape(model.config) != _shape(cfg):
         raise T2TError(f"checkpoint {path} was trained from a base of another shape than {base}; restore "
                        f"that base or pass a complete checkpoint.")

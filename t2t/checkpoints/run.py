@@ -81,8 +81,9 @@ HARMLESS_CHANGES = frozenset({
 SCHEDULE_SETTINGS = {"linear": "train_steps", "cosine": "train_steps"}
 
 
-# Model fields a run derives from other settings: the vocabulary, dropout_rate, transfer.adapter_dim.
-DERIVED_MODEL_FIELDS = frozenset({"vocab_size", "dropout_rate", "adapter_dim"})
+# Model fields a run derives from other settings: the vocabulary, dropout_rate, transfer.adapter_dim and lora_*.
+DERIVED_MODEL_FIELDS = frozenset({"vocab_size", "dropout_rate", "adapter_dim", "lora_rank", "lora_alpha",
+                                  "lora_targets"})
 # model fields a resumed run may change with --allow-changed-settings (the weights stay; dropout masks differ)
 _COMPUTE_KEYS = frozenset(f"model.{name}" for name in COMPUTE_FIELDS)
 

@@ -7,7 +7,7 @@ another preset (``configs/models/t5-base-prefix-lm.yaml`` names ``t5-base``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -41,6 +41,11 @@ class ModelConfig:
     eos_id: int = 1
     decoder_start_id: int = 0
     adapter_dim: int = 0  # inner size of the adapter after every feed-forward network (§3.5.1); 0: none
+    # LoRA (t2t.models.lora) on the linear layers named in lora_targets: rank 0 none (transfer.lora_rank);
+    # the update is scaled by lora_alpha / lora_rank
+    lora_rank: int = 0
+    lora_alpha: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])
     architecture: Architecture = "encoder_decoder"
     # the attention kernel: "sdpa" (a dense bias tensor per stack) or "flex" (FlexAttention: the relative
     # position bias looked up inside the kernel, masks as block masks; no attention-probability dropout, and
@@ -54,7 +59,8 @@ class ModelConfig:
         config_lib.check(self, positive=("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
                                          "num_heads", "relative_attention_num_buckets",
                                          "relative_attention_max_distance", "layer_norm_epsilon"),
-                         non_negative=("pad_id", "eos_id", "decoder_start_id", "adapter_dim"),
+                         non_negative=("pad_id", "eos_id", "decoder_start_id", "adapter_dim", "lora_rank",
+                                       "lora_alpha"),
                          fraction=("dropout_rate",))
         for name in ("pad_id", "eos_id", "decoder_start_id"):
             if getattr(self, name) >= self.vocab_size:

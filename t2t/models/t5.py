@@ -21,6 +21,7 @@ State-dict keys (the one-to-one map to Hugging Face's ``T5ForConditionalGenerati
     decoder.blocks.{i}.ff.{wi,wo}.weight            decoder.block.{i}.layer.2.DenseReluDense.{wi,wo}.weight
         (gated-gelu: ff.{wi_0,wi_1,wo} ↔ DenseReluDense.{wi_0,wi_1,wo})
     {s}.blocks.{i}.ff.adapter.{wi,wo}.weight        (adapter layers, §3.5.1; no HF counterpart)
+    {s}.blocks.{i}.….{q,v,…}.lora_{A,B}              (LoRA, t2t.models.lora; peft's ….q.lora_{A,B}.weight)
     {s}.final_layer_norm.weight                     {s}.final_layer_norm.weight
     lm_head.weight   (untied configs only)          lm_head.weight
 
@@ -49,6 +50,7 @@ from t2t.errors import T2TError
 from t2t.models import decoding, kernels
 from t2t.models.dropout import Dropout
 from t2t.models.flex import FlexBias, flex_attention_of, flex_bias, require_flex_attention
+from t2t.models.lora import add_lora, weight_of
 from t2t.models.presets import ModelConfig, resolve_model_config
 
 # ----------------------------------------------------------------------------------------------------------
@@ -156,7 +158,7 @@ class Attention(nn.Module):
         return x.view(B, T, self.n_heads, self.d_kv).transpose(1, 2)  # [B, H, T, d_kv]
 
     def qkv_weight(self) -> torch.Tensor:
-        return torch.cat([self.q.weight, self.k.weight, self.v.weight])  # [3·H·d_kv, d_model]
+        return torch.cat([weight_of(self.q), weight_of(self.k), weight_of(self.v)])  # [3·H·d_kv, d_model]
 
     def project_qkv(self, h: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k, v of ``h`` with ``weight = qkv_weight()`` (made once per decoding call), [B, H, T, d_kv] each;
@@ -186,7 +188,7 @@ class Attention(nn.Module):
     def keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``h`` [B, S, d_model], [B, H, S, d_kv] each."""
         if self.uses_fused_projections(h):
-            return self.project_qkv(h, torch.cat([self.k.weight, self.v.weight]))
+            return self.project_qkv(h, torch.cat([weight_of(self.k), weight_of(self.v)]))
         return self.heads(self.k(h)), self.heads(self.v(h))
 
     def queries_keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -545,6 +547,8 @@ class T5(nn.Module):
         self.bidirectional_decoder = cfg.architecture == "prefix_lm"
         self.reset_parameters()
         kernels.apply(self, cfg.kernels)
+        if cfg.lora_rank:
+            add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig | str | Path, device: torch.device | str | None = None) -> "T5":

@@ -8,6 +8,9 @@
   the shared embedding and output layer are trained throughout (``transfer.unfreeze=gradual``).
 - Freezing by name (``transfer.freeze``): glob patterns over the checkpoint's parameter names
   (``encoder.*``); frozen parameters get no gradient and no optimizer state.
+- LoRA (Hu et al. 2021; ``transfer.lora_rank``): a trained low-rank update beside the frozen linear layers
+  named in ``transfer.lora_targets`` (q and v, as the paper's §7.1); only the updates train
+  (t2t.models.lora).
 
 ``prepare_transfer`` applies the settings to a model before its optimizer is built; the returned
 :class:`TrainableSchedule` says, step by step, which parameters take gradients.
@@ -24,11 +27,13 @@ import torch
 
 from t2t import config
 from t2t.errors import T2TError
+from t2t.models.lora import add_lora, set_lora_dropout
 from t2t.models.t5 import T5, add_adapters
 
 log = logging.getLogger(__name__)
 
 ADAPTER_TRAINED = ("*.adapter.*", "*layer_norm.*")  # §3.5.1: "only the adapter layer and layer normalization"
+LORA_TRAINED = ("*.lora_A", "*.lora_B")  # LoRA §4.1: the pre-trained weights are frozen
 
 
 @dataclass
@@ -39,9 +44,17 @@ class TransferConfig:
     unfreeze_every: int = 0            # gradual: steps between unfreezing one more block (0: train_steps / layers)
     unfreeze_steps: list[int] = field(default_factory=list)  # gradual: explicit steps at which each block opens
     save_trained_only: bool = False    # checkpoints hold the trained parameters and a reference to init_from
+    lora_rank: int = 0                 # LoRA's rank r (Hu et al. 2021); 0: no LoRA
+    lora_alpha: float | None = None    # the update is scaled by lora_alpha / lora_rank (None: alpha = rank)
+    lora_dropout: float = 0.0          # dropout on the LoRA updates' inputs (peft's lora_dropout)
+    lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])  # linear layers given LoRA, by name
 
     def __post_init__(self):
-        config.check(self, non_negative=("adapter_dim", "unfreeze_every", "unfreeze_steps"))
+        config.check(self, non_negative=("adapter_dim", "unfreeze_every", "unfreeze_steps", "lora_rank"),
+                     positive=("lora_alpha",), fraction=("lora_dropout",))
+        if self.lora_rank and self.adapter_dim:
+            raise T2TError("transfer.lora_rank and transfer.adapter_dim are two transfer methods that each train "
+                           "only their own layers; choose one.")
         if self.unfreeze_steps != sorted(self.unfreeze_steps):
             raise config.SettingError("unfreeze_steps", "in increasing order", self.unfreeze_steps)
         given = config.given(self, ("unfreeze_every", "unfreeze_steps"))
@@ -100,14 +113,32 @@ def prepare_transfer(model: T5, cfg: TransferConfig, train_steps: int) -> Traina
     elif cfg.adapter_dim and cfg.adapter_dim != model.config.adapter_dim:
         raise T2TError(f"the model already has adapters of size {model.config.adapter_dim}, not "
                        f"{cfg.adapter_dim}; set transfer.adapter_dim={model.config.adapter_dim}.")
+    if cfg.lora_rank:
+        give_lora(model, cfg)
     names = [name for name, _ in model.named_parameters()]
     frozen = set(matching(names, cfg.freeze, "transfer.freeze"))
     if cfg.adapter_dim:
         frozen |= set(names) - set(matching(names, ADAPTER_TRAINED, "adapter"))
+    if cfg.lora_rank:
+        frozen |= set(names) - set(matching(names, LORA_TRAINED, "lora"))
     episodes = gradual_episodes(model, cfg, train_steps) if cfg.unfreeze == "gradual" else []
     for name, param in model.named_parameters():
         param.requires_grad_(name not in frozen)  # the optimizer is built over these; ``apply`` narrows them
     return TrainableSchedule(model, frozen, episodes)
+
+
+def give_lora(model: T5, cfg: TransferConfig) -> None:
+    """LoRA layers as ``cfg`` asks (a model that has them, resumed or loaded, must have these), with its
+    dropout."""
+    asked = (cfg.lora_rank, float(cfg.lora_rank if cfg.lora_alpha is None else cfg.lora_alpha), cfg.lora_targets)
+    have = (model.config.lora_rank, model.config.lora_alpha, model.config.lora_targets)
+    if not have[0]:
+        add_lora(model, *asked)
+    elif have != asked:
+        raise T2TError(f"the model already has LoRA of rank {have[0]}, alpha {have[1]:g} on {have[2]}, not rank "
+                       f"{asked[0]}, alpha {asked[1]:g} on {asked[2]}; set transfer.lora_rank, lora_alpha and "
+                       f"lora_targets to the model's.")
+    set_lora_dropout(model, cfg.lora_dropout)
 
 
 def matching(names: list[str], patterns, setting: str) -> list[str]:
