@@ -28,7 +28,8 @@ objectives comparison of T5 §3.3 (Tables 3-5), ``corpus_<objective>`` for every
 into chunks of ``target_length`` tokens, each the whole target, no inputs; for decoder-only models).
 The whole-text targets of BERT-style, MASS-style and deshuffling need ``target_length >= input_length``.
 ``corpus_ul2`` is UL2's mixture of denoisers (``t2t.data.ul2``) over the same folder, 512/512 by default; its
-chunks are as long as every denoiser allows at the run's lengths (507 tokens at 512/512 with T5's vocabulary).
+chunks are as long as the longest text a denoiser takes at the run's lengths (999 tokens at 512/512 with T5's
+vocabulary), and each draw corrupts a window of its denoiser's own length.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from three kinds of parts that are public here so tests (and users) can apply a 
 
 Tasks name their objective: ``OBJECTIVES`` maps names to the functions, ``register_objective`` (also a
 decorator) adds one, and ``get_objective(name, **options)`` gives it with its options bound. An objective that
-adds text of its own takes the run's vocabulary too (a ``vocab`` parameter, which ``denoise`` fills): UL2's
-mixture of denoisers (``ul2``, in ``t2t.data.ul2``) prepends its mode tokens that way.
+adds text of its own or sizes what it makes takes the run's ``vocab`` or ``sequence_length`` too (parameters of
+those names, which ``denoise`` fills): UL2's mixture of denoisers (``ul2``, in ``t2t.data.ul2``) does both.
 
 The arithmetic follows t5's ``t5/data/preprocessors.py``:
 
@@ -300,7 +300,7 @@ def check_options(fn: Objective, options: Mapping) -> None:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return
     known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-             and p.name not in ("vocab_size", "rng", "vocab")]
+             and p.name not in ("vocab_size", "rng", "vocab", "sequence_length")]
     unknown = sorted(set(options) - set(known))
     if unknown:
         offer = f"its options are {', '.join(known)}" if known else "it takes no options"
@@ -486,19 +486,19 @@ def denoise(features: dict[str, np.ndarray], rng: np.random.Generator, *, vocab,
 
     Use ``functools.partial(denoise, objective=prefix_lm)``; options go to the objective. Each draw gets
     its own ``rng`` from the pipeline, so every epoch sees fresh noise."""
-    del sequence_length
     if vocab is None:
         raise T2TError("unsupervised objectives need the run's vocabulary for their sentinel ids; pass a vocab.")
-    if takes_vocab(objective):
-        options = {**options, "vocab": vocab}
+    run = {"vocab": vocab, "sequence_length": sequence_length}
+    options = {**options, **{name: run[name] for name in run_parameters(objective)}}
     out = objective(features["targets"], vocab_size=vocab.vocab_size, rng=rng, **options)
     return {**features, **out}
 
 
 @functools.lru_cache(maxsize=None)
-def takes_vocab(objective: Objective) -> bool:
-    """Whether ``objective`` takes the vocabulary itself (``vocab=``), e.g. to tokenize text it adds."""
-    return "vocab" in inspect.signature(objective).parameters
+def run_parameters(objective: Objective) -> tuple[str, ...]:
+    """Which of the run's ``vocab`` (to tokenize text it adds) and ``sequence_length`` (to size what it
+    makes) ``objective`` takes: ``denoise`` passes those."""
+    return tuple(name for name in ("vocab", "sequence_length") if name in inspect.signature(objective).parameters)
 
 
 def denoise_output_lengths(lengths: dict[str, int], *, objective: Objective = span_corruption,

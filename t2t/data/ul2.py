@@ -9,8 +9,9 @@ draws the same ones) and prepends that denoiser's *mode token* to its inputs:
 - S-denoiser, ``[S2S]``: sequential denoising (prefix LM), one corrupted span that ends the text, r=0.25
   (the paper's (μ=L/4, r=0.25, n=1): its length is uniform with mean a quarter of the chunk).
 
-The seven denoisers have equal shares (§3.1.2: the denoisers take about equal part in the mixture; the
-released ``ul2_objective`` samples its members uniformly unless given ``rates``). The R- and X-denoisers
+The seven denoisers have equal shares, as the released ``ul2_objective`` samples its members when given no
+``rates`` and as §3.1.2 describes the final mixture (each task about an equal part); ``denoisers=`` with other
+``share`` values changes them. The R- and X-denoisers
 use t5's ``random_spans_noise_mask`` (the paper's appendix code calls t5's ``denoise`` with it): the
 numbers of noise tokens and spans are fixed by the chunk length, ``round(L·r)`` and ``round(L·r/μ)``, only
 their placement is random. The paper's text speaks of span lengths drawn around μ; its code fixes the
@@ -24,13 +25,19 @@ its T5 SentencePiece vocabulary, where ``[NLU]`` is 4 pieces). So the objective 
 One difference from the appendix code: its S-denoiser is t5's ``prefix_lm`` (split point uniform over the
 whole chunk, half of it as targets on average); this follows the paper's stated S-denoiser, r=0.25.
 
-Chunk length (``ul2_chunk_length``): the corpus is cut once into chunks of one length, before any denoiser
-is drawn, so the length is the longest for which every denoiser's longest inputs (mode token and EOS
-included) and targets fit the run's lengths -- no draw is ever trimmed. The paper trains 512/512.
+Lengths: the appendix code cuts the text for each denoiser into pieces whose corruption fills the inputs
+(``random_spans_helper``), so every denoiser's inputs are full and only the targets lengths vary. Here the text
+is cut once, before a denoiser is drawn, into chunks as long as the longest text any denoiser takes at the
+run's lengths (``ul2_chunk_length``; 999 tokens at 512/512 with T5's vocabulary, the X-denoiser μ=64, r=0.5's);
+each draw's denoiser then corrupts a window of its own length (``denoiser_length``: 564 tokens for μ=3, r=0.15,
+T5's 568 less the 4 pieces of ``[NLU]``) at an offset drawn from the same rng. No draw is trimmed, the encoder rows are as full as in the appendix code, and the
+rest of a chunk waits for another epoch's draw (a draw reads 51-100% of its chunk; UL2 pre-trains on C4,
+where text is not what runs out). The paper trains 512/512.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -136,35 +143,49 @@ def check_spelled(vocab, mode: str) -> None:
 
 @register_objective("ul2", aliases=("mixture_of_denoisers",))
 def ul2(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, vocab=None,
+        sequence_length: Mapping[str, int] | None = None,
         denoisers: Sequence[Denoiser] = UL2_DENOISERS) -> dict[str, np.ndarray]:
-    """UL2's mixture of denoisers: one denoiser drawn by its share, its mode token first in the inputs."""
+    """UL2's mixture of denoisers: one denoiser drawn by its share, its mode token first in the inputs. With the
+    run's ``sequence_length`` (``denoise`` passes it), the denoiser corrupts a window of the chunk at a random
+    offset, as long as fills its inputs (``denoiser_length``); without, the whole chunk."""
     ids = as_ids(tokens)
     denoiser = denoisers[int(rng.choice(len(denoisers), p=check_denoisers(denoisers)))]
+    mode = mode_ids(vocab, denoiser.mode)
+    if sequence_length is not None:
+        length = denoiser_length(denoiser, int(sequence_length["inputs"]) - 1 - mode.size,
+                                 int(sequence_length["targets"]) - 1)
+        if ids.size > length:
+            start = int(rng.integers(0, ids.size - length + 1))
+            ids = ids[start:start + length]
     out = denoiser.apply(ids, vocab_size=vocab_size, rng=rng)
-    return {"inputs": np.concatenate([mode_ids(vocab, denoiser.mode), out["inputs"]]), "targets": out["targets"]}
+    return {"inputs": np.concatenate([mode, out["inputs"]]), "targets": out["targets"]}
+
+
+@functools.lru_cache(maxsize=256)
+def denoiser_length(denoiser: Denoiser, inputs: int, targets: int) -> int:
+    """The longest text ``denoiser`` corrupts into at most ``inputs`` and ``targets`` ids, every shorter text too
+    (what the appendix's ``ul2_objective`` cuts for each denoiser with ``random_spans_helper``: T5's 568 tokens
+    for (μ=3, r=.15) at 512; the S-denoiser's inputs may take all but one token of its text). 0 when none fits."""
+    length = 0
+    while all(np.array(denoiser.longest_outputs(length + 1)) <= (inputs, targets)):
+        length += 1
+    return length
 
 
 def ul2_chunk_length(sequence_length: Mapping[str, int], *, vocab, denoisers: Sequence[Denoiser] = UL2_DENOISERS,
                      **unused_options) -> int:
-    """The longest chunk whose every shorter chunk too, under every denoiser, fits ``sequence_length`` with
-    its mode token and EOS: the corpus is cut before a denoiser is drawn, and no draw should be trimmed."""
+    """The chunk the text is cut into: as long as the longest text any denoiser takes at ``sequence_length``
+    (its mode token and EOS counted), so each draw's denoiser finds a window of its own length in it."""
     check_denoisers(denoisers)
     for mode in sorted({d.mode for d in denoisers}):
         check_spelled(vocab, mode)
-    budgets = [(int(sequence_length["inputs"]) - 1 - mode_ids(vocab, d.mode).size, int(sequence_length["targets"]) - 1)
-               for d in denoisers]
-
-    def fits(length: int) -> bool:
-        return all(np.all(np.array(d.longest_outputs(length)) <= budget) for d, budget in zip(denoisers, budgets))
-
-    length = 0
-    while fits(length + 1):
-        length += 1
-    if length < 2:
+    lengths = [denoiser_length(d, int(sequence_length["inputs"]) - 1 - mode_ids(vocab, d.mode).size,
+                               int(sequence_length["targets"]) - 1) for d in denoisers]
+    if min(lengths) < 2:
         raise T2TError(f"input_length {sequence_length['inputs']} / target_length {sequence_length['targets']} "
-                       f"leave no room for UL2's denoisers (the X-denoisers' targets are half the text); train "
-                       f"with longer lengths such as the paper's 512/512.")
-    return length
+                       f"leave no room for one of UL2's denoisers (the X-denoisers' targets are half their text); "
+                       f"train with longer lengths such as the paper's 512/512.")
+    return max(lengths)
 
 
 CHUNK_LENGTHS[ul2] = ul2_chunk_length

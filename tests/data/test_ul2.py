@@ -26,6 +26,7 @@ TINY_MODEL = dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num
 DRAWS = 10_000
 LENGTHS = {"inputs": 512, "targets": 512}  # the paper's (UL2 20B trains 512/512)
 SENTINELS = 100
+STATS_LENGTH = 564  # the R-denoiser (μ=3, r=.15)'s text at 512/512 with T5's vocabulary: under 100 spans for all
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +59,10 @@ def paper_counts(length: int, mean_span: float, rate: float) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def draws(vocab):
-    """10,000 UL2 examples of one chunk of the length a 512/512 run cuts, each read back from its output alone:
+    """10,000 UL2 examples of one text of 564 tokens, each read back from its output alone:
     the mode token at the start of the inputs says R, X or S; a span denoiser's numbers of noise tokens and of
     spans, which t5's mask fixes for each (μ, r) at one length, say which one."""
-    length = ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=vocab)
+    length = STATS_LENGTH
     tokens = np.random.default_rng(0).integers(3, vocab.vocab_size - SENTINELS, size=length)
     modes = {m: np.asarray(vocab.encode(m)) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)}
     by_counts = {(mode, paper_counts(length, mean, rate)): i for i, (kind, mode, mean, rate) in enumerate(PAPER)
@@ -134,38 +135,62 @@ class EdgeRng:
         return high - 1 if self.highest else low
 
 
-def overflows(vocab, lengths: dict, length: int) -> bool:
-    """Whether some denoiser, at either edge of its draws, gives a ``length``-token chunk more than ``lengths``."""
+def overflows(vocab, lengths: dict, length: int, denoisers=ul2.UL2_DENOISERS, **window) -> bool:
+    """Whether a denoiser, at either edge of its draws, makes a ``length``-token chunk into more than ``lengths``
+    (mode token and EOS counted); ``window`` passes the run's lengths to the objective."""
     tokens = np.random.default_rng(length).integers(3, 300, size=length)
-    for d in ul2.UL2_DENOISERS:
+    for d in denoisers:
         for highest in (False, True):
-            out = ul2.ul2(tokens, vocab_size=vocab.vocab_size, rng=EdgeRng(highest), vocab=vocab, denoisers=[d])
+            out = ul2.ul2(tokens, vocab_size=vocab.vocab_size, rng=EdgeRng(highest), vocab=vocab, denoisers=[d],
+                          **window)
             if out["inputs"].size + 1 > lengths["inputs"] or out["targets"].size + 1 > lengths["targets"]:
                 return True
     return False
 
 
 @pytest.mark.parametrize("lengths", [LENGTHS, {"inputs": 512, "targets": 114}, {"inputs": 64, "targets": 64}])
-def test_no_chunk_overflows_a_denoiser_and_one_token_more_would(vocab, lengths):
-    """The chunk length: every chunk up to it (the last one of the text is shorter), under every denoiser, fits
-    the lengths with its mode token and EOS; one token more overflows one of them."""
+def test_no_draw_overflows_and_each_denoisers_window_is_the_longest_that_fits(vocab, lengths):
+    """Each denoiser's window fits the lengths at either edge of its draws, one token more does not; the chunk is
+    the longest window, and every chunk up to it (the text's last one is shorter) makes draws that fit whole."""
+    windows = []
+    for d in ul2.UL2_DENOISERS:
+        window = ul2.denoiser_length(d, lengths["inputs"] - 1 - len(vocab.encode(d.mode)), lengths["targets"] - 1)
+        assert not any(overflows(vocab, lengths, n, [d]) for n in range(max(window - 2, 1), window + 1)), d
+        assert overflows(vocab, lengths, window + 1, [d]), d
+        windows.append(window)
     chunk = ob.chunk_length(lengths, objective=ul2.ul2, vocab=vocab)
-    assert not any(overflows(vocab, lengths, n) for n in range(1, chunk + 1)), lengths
-    assert overflows(vocab, lengths, chunk + 1), lengths
+    assert chunk == max(windows)
+    for n in sorted({1, 2, 3, *range(4, chunk, 29), chunk}):
+        assert not overflows(vocab, lengths, n, sequence_length=lengths), (lengths, n)
 
 
-def test_with_t5s_vocabulary_the_modes_are_its_pieces_and_chunks_507_tokens(t5_vocab_path):
-    """T5's SentencePiece spells [NLU] and [NLG] in 4 pieces, [S2S] in 5 (as the released UL2 is prompted); at
-    512/512 the S-denoiser's longest inputs (all but one token, after [S2S], before EOS) set the chunk: 507."""
+def test_with_t5s_vocabulary_span_denoisers_fill_the_inputs_as_the_appendix_code_cuts(t5_vocab_path):
+    """T5's SentencePiece spells [NLU] and [NLG] in 4 pieces, [S2S] in 5 (as the released UL2 is prompted). At
+    512/512 each span denoiser's window is what t5's random_spans_helper cuts for the inputs left after the mode
+    token (the appendix code's per-denoiser lengths; at r=0.5 t5 shaves one more token), so its draws' inputs
+    are exactly 512 with EOS: 564 tokens for (μ=3, r=.15), T5's 568 less [NLU]; the chunk is the longest window,
+    999 tokens for (μ=64, r=.5)."""
     vocab = SentencePieceVocabulary(t5_vocab_path, extra_ids=SENTINELS)
     assert [len(vocab.encode(m)) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)] == [4, 4, 5]
-    assert ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=vocab) == 512 - 5 == 507
+    chunk = ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=vocab)
+    assert chunk == 999 and ul2.denoiser_length(ul2.UL2_DENOISERS[0], 511 - 4, 511) == 564
+    tokens = np.random.default_rng(0).integers(3, 32000, size=chunk)
+    for d in ul2.UL2_DENOISERS:
+        if d.kind == "S":
+            continue
+        mode = len(vocab.encode(d.mode))
+        window = ul2.denoiser_length(d, 511 - mode, 511)
+        helper = ob.random_spans_helper(512 - mode, d.noise_density, d.mean_noise_span_length)[0]
+        assert window - helper in ((0, 1) if d.noise_density == 0.5 else (0,)), d
+        out = ul2.ul2(tokens, vocab_size=vocab.vocab_size, rng=np.random.default_rng(1), vocab=vocab,
+                      sequence_length=LENGTHS, denoisers=[d])
+        assert out["inputs"].size + 1 == 512 and out["targets"].size + 1 <= 512, d
 
 
 def test_lengths_that_fit_no_denoiser_are_one_sentence(vocab):
     with pytest.raises(T2TError, match=r"cannot spell UL2's mode token '\[NLG\]'"):
         ob.chunk_length(LENGTHS, objective=ul2.ul2, vocab=tiny_vocabulary())
-    with pytest.raises(T2TError, match="leave no room for UL2's denoisers"):
+    with pytest.raises(T2TError, match="leave no room for one of UL2.s denoisers"):
         ob.chunk_length({"inputs": 8, "targets": 2}, objective=ul2.ul2, vocab=vocab)
     with pytest.raises(T2TError, match="pass the run's vocabulary"):
         ul2.ul2([5, 6, 7], vocab_size=500, rng=np.random.default_rng(0))
