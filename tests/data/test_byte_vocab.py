@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.hf import to_hf
 from t2t.data.byte_vocab import ByteVocabulary
 from t2t.data.vocab import load_vocabulary, read_vocabulary
@@ -103,6 +104,21 @@ def test_a_record_reads_back_and_the_name_wins_over_a_file_called_byte(tmp_path,
         load_vocabulary("./byte")
     monkeypatch.setenv("T2T_VOCAB", "byte")
     assert load_vocabulary() == vocab
+
+
+def test_a_run_records_the_byte_vocabulary_by_kind_and_its_name(tmp_path, tiny_spiece):
+    run_lib.record_vocabulary(tmp_path, ByteVocabulary())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.json"]  # no file beside the record
+    assert json.loads((tmp_path / "vocab.json").read_text()) == {"kind": "byte", "extra_ids": 125}
+    assert run_lib.recorded_settings({}, ByteVocabulary().path)["vocab"] == "byte"  # not <cwd>/byte
+    assert run_lib.same_vocabulary("byte", tmp_path / "vocab.json")
+    assert not run_lib.same_vocabulary("byte", tiny_spiece)
+
+
+@pytest.fixture
+def tiny_spiece():
+    from t2t.testing import tiny_vocabulary
+    return tiny_vocabulary().path
 
 
 @pytest.mark.parametrize("record, problem", [
