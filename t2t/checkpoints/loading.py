@@ -1,6 +1,6 @@
 """Loading a model from wherever it is: one of t2t's checkpoints, a run dir, a Hugging Face T5 folder, a t5x
-checkpoint (file or folder) or a hub id. A trained-only checkpoint loads its base first (which may itself be
-any of these)."""
+checkpoint (file or folder, msgpack or TensorStore), a checkpoint of the t5 library (Mesh TensorFlow) or a
+hub id. A trained-only checkpoint loads its base first (which may itself be any of these)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from t2t import config as config_lib
-from t2t.checkpoints import hf, t5x
+from t2t.checkpoints import hf, mesh_tf, t5x
 from t2t.checkpoints.files import assign_weights, check_state_dict, expected_shapes, read_json, read_safetensors
 from t2t.checkpoints.native import BASE_FILE, CONFIG_FILE, MODEL_FILE, latest_checkpoint, verify_checkpoint
 from t2t.checkpoints.run import find_run
@@ -21,9 +21,10 @@ from t2t.models.t5 import T5, ModelConfig, add_adapters
 
 def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
     """A model from one of our checkpoints, a run dir (its latest checkpoint), a Hugging Face T5 folder,
-    a t5x checkpoint (its msgpack file, or the ``checkpoint_N`` folder holding it as ``checkpoint``) or a
-    Hugging Face hub id, in eval mode (dropout off, as transformers' ``from_pretrained`` returns models;
-    training sets train mode itself). ``verify`` checks our checkpoints' files against their checksums."""
+    a t5x checkpoint (its msgpack file, or the ``checkpoint_N`` folder: msgpack, zarr or OCDBT arrays), a
+    t5 library checkpoint (a ``model.ckpt-N`` prefix, or the folder naming it in TensorFlow's ``checkpoint``
+    file) or a Hugging Face hub id, in eval mode (dropout off, as transformers' ``from_pretrained`` returns
+    models; training sets train mode itself). ``verify`` checks our checkpoints' files against their checksums."""
     return find_and_load(path_or_id, verify).eval()
 
 
@@ -37,6 +38,8 @@ def own_vocabulary(path_or_id: str | os.PathLike) -> str | None:
     run = find_run(path)
     if run is not None:
         return run.vocab
+    if mesh_tf.is_mesh_tf_checkpoint(path):
+        return None
     if not path.exists():
         return hf.hub_vocabulary(str(path_or_id))
     vocab = path / hf.VOCAB_FILE
@@ -55,19 +58,25 @@ def find_and_load(path_or_id: str | os.PathLike, verify: bool) -> T5:
             if is_hf_folder(path):
                 return hf.from_hf_folder(path)
             return load_native_model(path, verify)
-        if (path / t5x.CHECKPOINT_FILE).is_file():
+        if mesh_tf.is_mesh_tf_checkpoint(path):  # before t5x: TensorFlow's state file is also `checkpoint`
+            return mesh_tf.from_mesh_tf(path)
+        if t5x.is_t5x_folder(path):
             return t5x.from_t5x(path)
         latest = latest_checkpoint(path)
         if latest is not None:
             return load_native_model(latest, verify)
         raise T2TError(f"{path} is neither a t2t checkpoint, a run dir with checkpoints, a Hugging Face T5 "
-                       f"folder nor a t5x checkpoint folder (it has no config.json, no step_* checkpoint and "
-                       f"no t5x {t5x.CHECKPOINT_FILE} file).")
+                       f"folder, a t5x checkpoint folder nor a TensorFlow one (it has no config.json, no step_* "
+                       f"checkpoint, no t5x {t5x.CHECKPOINT_FILE} file or orbax _METADATA, and no TensorFlow "
+                       f"{mesh_tf.STATE_FILE} file).")
+    if mesh_tf.is_mesh_tf_checkpoint(path):
+        return mesh_tf.from_mesh_tf(path)
     if path.is_file() and t5x.is_t5x_file(path):
         return t5x.from_t5x(path)
     if path.exists():
         raise T2TError(f"{path} is a file but not a t5x checkpoint; pass a checkpoint folder, a run dir, a "
-                       f"Hugging Face T5 folder, a t5x checkpoint file or a hub id.")
+                       f"Hugging Face T5 folder, a t5x checkpoint file, a TensorFlow model.ckpt-N prefix or a hub "
+                       f"id.")
     return hf.from_hf_folder(hf.download_from_hub(str(path_or_id)))
 
 
