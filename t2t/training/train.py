@@ -38,6 +38,7 @@ from t2t.models.flex import require_flex_attention
 from t2t.models.presets import COMPUTE_FIELDS
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.terminal import raise_if_interrupted
+from t2t.training.keep_best import WATCH_STATE, BestWatch, EarlyStoppingConfig, check_keep_best, stopped_early
 from t2t.training.loggers import (
     DEFAULT_LOGGERS,
     METRICS_FILE,
@@ -86,6 +87,8 @@ class TrainConfig:
     eval_mixture: str | None = None   # what that evaluation scores (default: the training mixture's tasks)
     eval_max_examples: int = 256      # examples per task in evaluation during training
     eval_batch_size: int = 32         # examples decoded at once in evaluation during training
+    keep_best: str | None = None      # keep the best checkpoint by this evaluated metric (accuracy, rte/accuracy, glue_average) as RUN:best
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)  # stop once keep_best stops improving
     skip_unavailable: bool = False    # drop mixture members whose data is missing (with a warning)
     mixing_maximum: float | None = None      # K of §3.5.2 for a mixture's examples-proportional rates (None: theirs)
     mixing_temperature: float | None = None  # T of §3.5.2 for the same rates (None: theirs, 1 in t5's mixtures)
@@ -108,10 +111,14 @@ class TrainConfig:
         if not self.output_dir.strip():
             raise T2TError("output_dir is empty, which would write the run into the working directory; pass "
                            "--output-dir RUN.")
-        unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size"))
+        unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size", "keep_best",
+                                     "early_stopping"))
         if unread and not self.eval_every:
             raise T2TError(f"{unread[0]} is set but eval_every is 0, so training evaluates nothing; set "
                            f"--eval-every N (steps between evaluations) or leave {unread[0]} out.")
+        if self.early_stopping.patience and not self.keep_best:
+            raise T2TError("early_stopping.patience counts evaluations in which the metric keep_best names did not "
+                           "improve, and keep_best is not set; set --set keep_best=<metric> (e.g. accuracy).")
 
 
 def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules: bool = False) -> list[dict]:
@@ -155,6 +162,12 @@ def train_in_output_dir(cfg: TrainConfig, allow_changed_settings: bool, trust_mo
     latest = run_lib.resumable_checkpoint(run_dir)
     if latest is not None and checkpoint.checkpoint_step(latest) >= cfg.train_steps:
         return nothing_to_train(run_dir, latest, cfg.train_steps)
+    state = checkpoint.load_checkpoint(latest, restore_rng=False, verify=cfg.verify_checkpoints) if latest else {}
+    if stopped_early(state, cfg.early_stopping):
+        log.info("%s stopped early at %s (its keep_best metric did not improve in %d evaluations): nothing to "
+                 "train; raise early_stopping.patience, or set it to 0, to train on", run_dir, latest.name,
+                 cfg.early_stopping.patience)
+        return read_metrics(run_dir / METRICS_FILE)
     if latest is not None:
         cfg = resume_settings(cfg, latest, allow_changed_settings, trust_modules)
     elif cfg.vocab is None and cfg.init_from:  # a new run reads its parent's text as the parent did
@@ -186,6 +199,7 @@ class Trainer:
     trained_only: tuple[set[str], str] | None  # save_trained_only: (the trained names, the base reference)
     data_fingerprint: dict          # {member: {"examples", "sha256"}} of the training data read
     device: torch.device
+    watch: BestWatch                # keep_best and early_stopping
     step: int = 0
 
     @property
@@ -273,8 +287,10 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
     fingerprint = data_fingerprint(batches)
     ahead = cfg.batches_ahead if cfg.batches_ahead is not None else 2 * (device.type == "cuda")
     settings = run_lib.recorded_settings(config.to_dict(cfg), vocab.path)
+    watch = BestWatch(run_dir, cfg.keep_best, cfg.early_stopping, evaluation_settings(cfg))
     return Trainer(cfg, run_dir, settings, objective, optimizer, scheduler,
-                   BatchesAhead(batches, ahead) if ahead else batches, trainable, trained_only, fingerprint, device)
+                   BatchesAhead(batches, ahead) if ahead else batches, trainable, trained_only, fingerprint, device,
+                   watch)
 
 
 def build_batches(cfg: TrainConfig, vocab, model_config: ModelConfig) -> TrainBatches:
@@ -318,6 +334,7 @@ def resume_state(trainer: Trainer, latest: Path, allow_changed_settings: bool) -
         restore_schedule(trainer.scheduler, state["scheduler"], cfg.optimizer.learning_rate)
         trainer.batches.load_state_dict(state["data"])
         trainer.step = int(state["step"])
+        trainer.watch.resume(state.get(WATCH_STATE))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise T2TError(f"trainer state in {latest} is not what t2t wrote ({type(e).__name__}: {e}), so the run "
                        f"cannot resume from it; resume from an earlier checkpoint or start a new --output-dir.") from None
@@ -377,13 +394,16 @@ def run_steps(trainer: Trainer, evaluator, loggers: list[MetricsLogger]) -> None
                       **window.rates()}
             if evaluate_now:
                 record.update(evaluator(trainer.model))
+                record.update(trainer.watch.observe(step, record))
             for logger in loggers:
                 logger.log(record)
             window.reset()
-        if save_now:
+        if save_now or trainer.watch.wants_checkpoint(step):
             save_checkpoint(trainer)
             for logger in loggers:
                 logger.flush()
+        if trainer.watch.stopped_at == step:
+            break
 
 
 def check_finite(trainer: Trainer, loss: float) -> None:
@@ -619,11 +639,12 @@ def save_checkpoint(trainer: Trainer) -> None:
             names, base = trainer.trained_only
             model_state = {k: v for k, v in (model_state or model.state_dict()).items() if k in names}
         state = {"step": trainer.step, "scheduler": trainer.scheduler.state_dict(), "data": data_state,
-                 "data_fingerprint": trainer.data_fingerprint}
+                 "data_fingerprint": trainer.data_fingerprint, WATCH_STATE: trainer.watch.state_dict()}
         checkpoint.save_checkpoint(trainer.run_dir, trainer.step, model, model_state=model_state,
                                    optimizer_state=optimizer_state, trainer_state=state,
                                    settings=resolved_settings(trainer.settings, model),
-                                   keep_last=trainer.cfg.keep_checkpoints, base=base)
+                                   keep_last=trainer.cfg.keep_checkpoints, base=base,
+                                   best=trainer.watch.record_for(trainer.step))
     distributed.barrier()
 
 
@@ -643,6 +664,8 @@ def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):
     (default: the training mixture, less the members a --skip-unavailable run never trained)."""
     name = cfg.eval_mixture or cfg.mixture
     get_task_or_mixture(name)  # a misspelt name fails before training starts
+    if cfg.keep_best:
+        check_keep_best(cfg.keep_best, name)
 
     def evaluator(model: T5) -> dict:
         return validation_metrics(model, name, vocab, data_dir=cfg.data_dir,
@@ -650,3 +673,9 @@ def make_evaluator(cfg: TrainConfig, vocab, device: torch.device):
                                   device=device, precision=cfg.precision,
                                   trained_only=cfg.skip_unavailable and not cfg.eval_mixture)
     return evaluator
+
+
+def evaluation_settings(cfg: TrainConfig) -> dict:
+    """How evaluation during training scores (what t2t-eval needs to score a checkpoint the same way)."""
+    return {"mixture": cfg.eval_mixture or cfg.mixture, "split": "validation", "max_examples": cfg.eval_max_examples,
+            "batch_size": cfg.eval_batch_size, "precision": cfg.precision}
