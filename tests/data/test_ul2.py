@@ -256,16 +256,20 @@ def test_a_corpus_ul2_run_stopped_and_resumed_logs_the_uninterrupted_losses(voca
         return [(r["step"], r["loss"], r["learning_rate"]) for r in train(cfg)]
 
     straight = run("straight")
-    real_step = train_module.train_step
+    real_step, calls = train_module.train_step, []
 
-    def die_entering_step_4(*args):
-        if args[-1] == 3:
-            raise KeyboardInterrupt
+    def counted_step(*args):  # the steps are counted, not read off the arguments, which may change
+        calls.append(len(calls) + 1)
+        if calls == [1, 2, 3, 4] and dying:
+            raise KeyboardInterrupt  # entering step 4: the checkpoint of step 2 is the last one on disk
         return real_step(*args)
 
-    monkeypatch.setattr(train_module, "train_step", die_entering_step_4)
+    monkeypatch.setattr(train_module, "train_step", counted_step)
+    dying = True
     with pytest.raises(KeyboardInterrupt):
         run("resumed")
-    monkeypatch.undo()
+    calls.clear()
+    dying = False
     assert run("resumed") == straight
+    assert len(calls) == 2  # it went on from the checkpoint at step 2: steps 3 and 4 ran again, not 1 to 4
     assert len({loss for _, loss, _ in straight}) == 4
