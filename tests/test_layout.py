@@ -12,7 +12,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "t2t"
 # Layers, lowest first; a module may import its own layer's modules and any lower layer's.
 LAYERS = [
-    {"t2t.errors", "t2t.config", "t2t.registry", "t2t.hub", "t2t.terminal", "t2t.allocator", "t2t.extras"},
+    {"t2t.errors", "t2t.config", "t2t.registry", "t2t.hub", "t2t.terminal", "t2t.allocator", "t2t.extras",
+     "t2t.durable"},
     {"t2t.models"},
     {"t2t.data"},
     {"t2t.checkpoints"},

@@ -12,7 +12,7 @@ it names, and ``RUN:best`` (t2t.checkpoints.run.checkpoint_path) stands for that
                     "precision": "fp32"}}           how t2t-eval scores that checkpoint the same way
 
 The record names a step, never a path, so it cannot point outside its run. It is written atomically
-(t2t.checkpoints.durable.write_atomic replaces a link in its place, never writing through it) and a link
+(t2t.durable.write_atomic replaces a link in its place, never writing through it) and a link
 found in its place is refused when read: a planted link must not choose which checkpoint ``RUN:best`` loads
 or rotation keeps.
 """
@@ -25,7 +25,7 @@ import math
 import os
 from pathlib import Path
 
-from t2t.checkpoints import durable
+from t2t import durable
 from t2t.errors import T2TError
 
 BEST_FILE = "best_checkpoint.json"

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 import torch
 from safetensors import safe_open
 
-from t2t.checkpoints import durable
+from t2t import durable
 from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5
 

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
-from t2t.checkpoints import durable
+from t2t import durable
 from t2t.checkpoints.files import (
     assign_weights,
     check_state_dict,

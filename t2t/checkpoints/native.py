@@ -53,8 +53,8 @@ import yaml
 from safetensors.torch import save_file
 
 from t2t import config as config_lib
+from t2t import durable
 from t2t.checkpoints import best as best_record
-from t2t.checkpoints import durable
 from t2t.checkpoints.files import read_json, torch_load, write_text, write_torch, write_with
 from t2t.errors import T2TError, error_summary
 from t2t.models.t5 import T5

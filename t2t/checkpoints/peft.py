@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from t2t.checkpoints import durable
+from t2t import durable
 from t2t.checkpoints.files import write_with
 from t2t.checkpoints.hf import hf_key, to_hf
 from t2t.errors import T2TError

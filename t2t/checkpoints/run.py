@@ -45,11 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from t2t import config
+from t2t import config, durable
 from t2t.checkpoints import best as best_record
-from t2t.checkpoints import durable
 from t2t.checkpoints import native as checkpoint
-from t2t.checkpoints.durable import write_atomic
 from t2t.data.vocab import (
     RECORD_FILE,
     SentencePieceVocabulary,
@@ -58,6 +56,7 @@ from t2t.data.vocab import (
     named_vocabulary,
     recorded_file,
 )
+from t2t.durable import write_atomic
 from t2t.errors import T2TError
 from t2t.models.presets import COMPUTE_FIELDS, resolve_model_config
 

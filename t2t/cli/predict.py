@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from t2t.checkpoints import durable
+from t2t import durable
 from t2t.cli.common import (
     DECODING_FLAGS,
     LOCATION_FLAGS,

@@ -32,8 +32,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from t2t import config
-from t2t.checkpoints import durable
+from t2t import config, durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.loading import load_model, own_vocabulary

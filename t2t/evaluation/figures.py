@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Mapping
 
-from t2t.checkpoints.durable import write_atomic
+from t2t.durable import write_atomic
 
 TITLE_WIDTH = 56  # characters a line of a panel's title (4.5 inches wide, 10 points)
 

@@ -33,7 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
-from t2t.checkpoints.durable import write_atomic
+from t2t.durable import write_atomic
 from t2t.errors import T2TError
 
 NO_LABELS = "no labels: no metrics"  # what is said and written for an unlabelled split (GLUE/SuperGLUE test)

@@ -5,8 +5,10 @@ settings: only rows decoded the same way may be decoded together), and a deadlin
 oldest waiting row, waits until ``max_wait`` seconds after that row's request arrived for more rows with its
 key (or until ``max_batch_size`` of them wait), and then runs up to ``max_batch_size`` of them together,
 grouped by length: of those rows sorted by length, the run of ``max_batch_size`` that holds the oldest row
-and spans the fewest tokens, so padding stays low and no row waits for ever behind shorter ones. A job marked
-``whole`` (sampling, whose draws depend on the batch) runs alone, all its rows in one call.
+and spans the fewest tokens, so padding stays low and no row waits for ever behind shorter ones. A job that
+finds the worker idle with nothing else queued runs at once: at idle a wait for company only adds latency,
+and under load rows gather while the previous batch runs. A job marked ``whole`` (sampling, whose draws
+depend on the batch) runs alone, all its rows in one call.
 
 Each row's result goes back to its own job by position, so a job never sees another's output; a batch that
 raises fails its jobs alone and the worker carries on. The queue holds at most ``max_queue`` jobs; a job past
@@ -77,6 +79,7 @@ class Batcher:
         self.waiting: list[Row] = []     # in arrival order
         self.condition = threading.Condition()
         self.closing = False
+        self.idle_since: float | None = None  # when the worker began waiting with nothing queued
         self.thread = threading.Thread(target=self.work, name="t2t-serve-batcher", daemon=True)
 
     def start(self) -> None:
@@ -132,13 +135,21 @@ class Batcher:
                     if first.job.whole:
                         return self.take([row for row in self.waiting if row.job is first.job])
                     left = first.job.arrived + self.max_wait - time.monotonic()
-                    if self.closing or left <= 0 or self.compatible(first) >= self.max_batch_size:
+                    if (self.closing or left <= 0 or self.compatible(first) >= self.max_batch_size
+                            or self.found_idle(first)):
                         return self.take(self.length_window(first))
                     self.condition.wait(left)
                 elif self.closing:
                     return None
                 else:
+                    self.idle_since = time.monotonic() if self.idle_since is None else self.idle_since
                     self.condition.wait()
+
+    def found_idle(self, first: Row) -> bool:
+        """Whether ``first``'s job is the only one waiting and found the worker idle: it runs at once, since
+        waiting for company at idle only adds latency (under load rows gather while a batch runs)."""
+        return (self.idle_since is not None and first.job.arrived >= self.idle_since
+                and all(row.job is first.job for row in self.waiting))
 
     def drop_finished(self) -> None:
         """Drop the rows of cancelled jobs, and answer the jobs past their deadline with :class:`Expired`."""
@@ -165,6 +176,7 @@ class Batcher:
         return rows[best:best + size]
 
     def take(self, rows: list[Row]) -> list[Row]:
+        self.idle_since = None
         taken = set(map(id, rows))
         self.waiting = [row for row in self.waiting if id(row) not in taken]
         return rows

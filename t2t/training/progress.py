@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from t2t.checkpoints.durable import append_line, refuse_link, write_error
+from t2t.durable import append_line, refuse_link, write_error
 from t2t.errors import T2TError
 from t2t.evaluation.figures import curves_figure, save_figure
 from t2t.evaluation.results import jsonable

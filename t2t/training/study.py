@@ -55,8 +55,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from t2t import config
-from t2t.checkpoints import durable
+from t2t import config, durable
 from t2t.checkpoints.loading import read_model_config
 from t2t.data.task import DEFAULT_SEQUENCE_LENGTH, Mixture, get_task_or_mixture, load_modules, member_tasks
 from t2t.errors import T2TError

@@ -578,7 +578,7 @@ def test_conversion_names_stay_importable_from_t2t_checkpoint():
 
 
 def rewrite_checksums(folder: Path) -> None:
-    from t2t.checkpoints import durable
+    from t2t import durable
     files = {p.name: durable.sha256_of(p) for p in folder.iterdir() if p.name != "checksums.sha256"}
     (folder / "checksums.sha256").write_text(durable.format_checksums(files))
 
@@ -711,7 +711,7 @@ def test_finite_weights_whose_sum_overflows_are_not_taken_for_non_finite():
 def test_a_linked_lock_is_refused_and_its_target_left_alone(tmp_path, target_exists):
     """`ln -sf ~/precious.txt RUN/.lock; t2t-train --output-dir RUN` made precious.txt a pid (and a dangling
     link made a new file wherever it pointed)."""
-    from t2t.checkpoints import durable
+    from t2t import durable
     precious = tmp_path / "precious.txt"
     if target_exists:
         precious.write_text("mine\n")
@@ -728,7 +728,7 @@ def test_a_linked_lock_is_refused_and_its_target_left_alone(tmp_path, target_exi
 def test_an_atomic_write_replaces_links_and_never_writes_through_them(tmp_path):
     """The file's own name and its temporary name (which has the process id in it) may both be links someone
     placed: the file ends up a file of its own, and what the links pointed to is unchanged."""
-    from t2t.checkpoints import durable
+    from t2t import durable
     precious, other = tmp_path / "precious.txt", tmp_path / "other.txt"
     precious.write_text("mine\n")
     other.write_text("also mine\n")
@@ -743,7 +743,7 @@ def test_an_atomic_write_replaces_links_and_never_writes_through_them(tmp_path):
 
 
 def test_appending_through_a_link_is_one_sentence_naming_it(tmp_path):
-    from t2t.checkpoints import durable
+    from t2t import durable
     precious = tmp_path / "precious.txt"
     precious.write_text("mine\n")
     (tmp_path / "train.log").symlink_to(precious)

@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers", reason="export tests load the
 from t2t import (
     cli,  # noqa: E402
     config,  # noqa: E402
+    durable,  # noqa: E402
 )
-from t2t.checkpoints import durable  # noqa: E402
 from t2t.checkpoints.hf import to_hf  # noqa: E402
 from t2t.checkpoints.loading import load_model
 from t2t.checkpoints.native import save_checkpoint  # noqa: E402

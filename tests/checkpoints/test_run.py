@@ -20,8 +20,7 @@ import pytest
 import yaml
 from test_checkpoint import rewrite_checksums
 
-from t2t import config
-from t2t.checkpoints import durable
+from t2t import config, durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.loading import load_model

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from t2t.checkpoints import durable
+from t2t import durable
 from t2t.checkpoints import native as checkpoint
 from t2t.cli import predict_main, show_main
 from t2t.data.show import show_raw

@@ -89,17 +89,26 @@ def test_only_rows_with_the_same_key_share_a_batch_and_a_whole_job_runs_alone():
         ("beam4", ["b"]), ("greedy", ["a", "c"]), ("sample", ["d", "e"]), ("sample", ["f"])]
 
 
-def test_a_lone_request_waits_no_longer_than_max_wait():
+def test_a_request_at_an_idle_worker_runs_at_once_and_those_arriving_during_a_batch_gather():
     run = Recorder()
-    b = batcher(run, max_wait=0.05)
+    run.gate.clear()
+    b = batcher(run, max_wait=1.0)  # a wait for company would show
     b.start()
+    time.sleep(0.05)  # the worker is idle
     started = time.monotonic()
-    j = job(["a"])
-    b.submit(j)
-    assert j.done.wait(10)
-    waited = time.monotonic() - started
+    lone = job(["lone"])
+    b.submit(lone)
+    while b.depth:  # taken at once, though nothing else came
+        assert time.monotonic() - started < 0.5
+        time.sleep(0.005)
+    gathered = [job(["a"]), job(["bb"])]
+    for j in gathered:
+        b.submit(j)
+    run.gate.set()
+    for j in (lone, *gathered):
+        assert j.done.wait(10)
     b.close()
-    assert 0.04 <= waited < 2.0
+    assert [rows for _, rows in run.batches] == [["lone"], ["a", "bb"]]
 
 
 def test_a_full_queue_refuses_and_a_closed_batcher_refuses():

@@ -28,8 +28,7 @@ import torch
 from test_checkpoint import logits_of, tiny_model, trained_optimizer
 from test_train import TASK, TINY_MODEL, copy_task_module_text, settings
 
-from t2t import config
-from t2t.checkpoints import durable
+from t2t import config, durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints.loading import load_model
 from t2t.data.task import TASKS, load_modules

@@ -1,0 +1,261 @@
+"""t2t-serve under load, against t2t-predict offline and one direct ``model.generate`` call.
+
+Run by hand (never a test), on localhost only, with a trained run (docs/serve.md says how the recorded one was
+made):
+
+    T2T_DATA_DIR=/work/shared/data python benchmarks/bench_serve.py --checkpoint RUN [--requests 5000]
+
+Inputs are real GLUE rows: the SST-2 validation sentences of ``$T2T_DATA_DIR/glue`` through the task's
+preprocessing (``glue_sst2_v002``), one example per request. In order:
+
+1. offline: t2t-predict's own function (t2t.evaluation.predict.predict) on the distinct inputs gives the
+   expected output of each; t2t-predict's decoding of them (``Predictor.decode``, batches of 32 by length, as
+   the command decodes) timed alone gives its examples/s (the model load is left out of both sides);
+2. direct: ``model.generate`` on one input at a time, the median over ``--idle-requests`` inputs;
+3. the server (``t2t-serve`` in a subprocess, the same thread count) at idle: the same inputs one request at a
+   time, the median latency (HTTP, JSON, tokenization, queue and decoding);
+4. throughput: ``--throughput-clients`` clients (32), each sending its next request when answered;
+5. load: ``--clients`` (64) clients sending ``--requests`` requests of which ``--malformed`` (5%) are broken
+   in one of several ways; every good answer must be t2t-predict's output and every broken one a 4xx; the
+   server's RSS is read before and after, and /healthz after.
+
+The clients run in this process (httpx's async client), on the same cores as the server: the load they add
+is part of what is measured. Each phase stops sending after ``--phase-seconds``. Writes
+``benchmarks/results/serve-<--name>.json``; docs/serve.md quotes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import torch
+
+from t2t.data.task import get_task, load_modules
+from t2t.evaluation.evaluate import DecodingConfig, pad_rows
+from t2t.evaluation.predict import PredictConfig, Predictor, predict, run_settings
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TASK = "glue_sst2_v002"
+# Broken requests, cycled through: each must be refused with its 4xx, never crash or stall the server.
+MALFORMED = [
+    (b'{"inputs": ["sst2 sentence: cut off', 400),               # not JSON
+    (b"\xff\xfe\x00", 400),                                        # not UTF-8
+    (json.dumps({"inputs": ["a"], "max_tokens": 4}).encode(), 400),  # unknown field
+    (json.dumps({"inputs": "sst2 sentence: not a list"}).encode(), 422),
+    (json.dumps({"inputs": [7]}).encode(), 422),
+    (json.dumps({"inputs": ["a"], "beam_size": 0}).encode(), 422),
+    (json.dumps({"inputs": ["a"] * 65}).encode(), 413),            # more than --max-inputs (64)
+    (json.dumps({"inputs": ["a" * 10001]}).encode(), 413),         # more than --max-input-chars (10000)
+]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", required=True, help="a trained run (on SST-2 for meaningful outputs)")
+    p.add_argument("--name", default="cpu", help="results go to benchmarks/results/serve-NAME.json")
+    p.add_argument("--requests", type=int, default=5000, help="requests in the load phase")
+    p.add_argument("--clients", type=int, default=64, help="concurrent clients in the load phase")
+    p.add_argument("--malformed", type=float, default=0.05, help="share of broken requests in the load phase")
+    p.add_argument("--throughput-clients", type=int, default=32)
+    p.add_argument("--throughput-requests", type=int, default=1000)
+    p.add_argument("--idle-requests", type=int, default=50, help="single requests (and generate calls) at idle")
+    p.add_argument("--max-length", type=int, default=4, help="tokens decoded (SST-2's labels are 1-2 pieces)")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads, for the server and offline alike")
+    p.add_argument("--phase-seconds", type=float, default=300.0, help="stop a phase's sending after this long")
+    return p.parse_args()
+
+
+def sst2_inputs(data_dir: str) -> list[str]:
+    task = get_task(TASK)
+    return [task.preprocess(row)["inputs"] for row in task.raw_examples("validation", data_dir)]
+
+
+def offline(cfg: PredictConfig, texts: list[str], idle_requests: int) -> dict:
+    """t2t-predict's outputs, its decoding rate, and the median of one direct generate call."""
+    expected = predict(cfg, texts)
+    predictor = Predictor.load(run_settings(cfg))
+    rows = predictor.encode(texts, None)
+    decoding = DecodingConfig(batch_size=32, max_length=cfg.max_length)
+    predictor.decode(rows[:64], decoding)  # warm up
+    started = time.perf_counter()
+    decoded, _ = predictor.decode(rows, decoding)
+    seconds = time.perf_counter() - started
+    assert decoded == expected, "Predictor.decode and predict() disagree"
+    model = predictor.model
+    direct = []
+    with torch.no_grad(), model.dense_attention():
+        for row in rows[:idle_requests]:
+            started = time.perf_counter()
+            model.generate(pad_rows([row]), max_new_tokens=cfg.max_length)
+            direct.append(time.perf_counter() - started)
+    return {"expected": dict(zip(texts, expected)), "examples": len(texts), "seconds": seconds,
+            "examples_per_second": len(texts) / seconds, "generate_p50_ms": 1000 * statistics.median(direct)}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(args, port: int) -> subprocess.Popen:
+    code = "import sys; from t2t.cli import serve_main; sys.exit(serve_main())"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "--checkpoint", args.checkpoint, "--port", str(port), "--max-length",
+         str(args.max_length), "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
+         "--threads", str(args.threads), "--max-queue", "1024"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            raise SystemExit("t2t-serve exited while starting")
+        time.sleep(0.5)
+    raise SystemExit("t2t-serve was not ready within 300 s")
+
+
+async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None]], clients: int,
+                      seconds: float) -> dict:
+    """Send ``bodies`` (body, expected 4xx status or None, input or None) from ``clients`` concurrent clients;
+    latencies, statuses and the answers that were wrong."""
+    queue = list(reversed(range(len(bodies))))
+    latencies, statuses, answers = [], {}, {}
+    stop = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        async def one_client():
+            while queue and time.monotonic() < stop:
+                i = queue.pop()
+                body = bodies[i][0]
+                started = time.perf_counter()
+                response = await client.post("/v1/predict", content=body,
+                                             headers={"content-type": "application/json"})
+                latencies.append(time.perf_counter() - started)
+                statuses[i] = response.status_code
+                answers[i] = response.json()
+        started = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        wall = time.perf_counter() - started
+    return {"wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers}
+
+
+def check(bodies, result, expected: dict) -> dict:
+    """Counts of right and wrong answers: good requests against t2t-predict's outputs, broken ones 4xx."""
+    right = wrong = refused_right = refused_wrong = 0
+    for i, status in result["statuses"].items():
+        _, bad_status, text = bodies[i]
+        if bad_status is None:
+            ok = status == 200 and result["answers"][i] == {"outputs": [expected[text]]}
+            right, wrong = right + ok, wrong + (not ok)
+        else:
+            ok = status == bad_status and set(result["answers"][i]) == {"error"}
+            refused_right, refused_wrong = refused_right + ok, refused_wrong + (not ok)
+    return {"sent": len(result["statuses"]), "good_answered_as_t2t_predict": right, "good_wrong": wrong,
+            "malformed_refused_4xx": refused_right, "malformed_wrong": refused_wrong}
+
+
+def good(text: str):
+    return json.dumps({"inputs": [text]}).encode(), None, text
+
+
+def percentiles(latencies: list[float]) -> dict:
+    ordered = sorted(latencies)
+    pick = lambda q: 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50_ms": pick(0.5), "p90_ms": pick(0.9), "p99_ms": pick(0.99)}
+
+
+def server_metrics(url: str) -> dict:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "_bucket" not in line and "_created" not in line:
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    data_dir = os.environ.get("T2T_DATA_DIR")
+    load_modules()
+    texts = sst2_inputs(data_dir)
+    cfg = PredictConfig(checkpoint=args.checkpoint, max_length=args.max_length, device="cpu")
+    print(f"offline: t2t-predict on {len(set(texts))} distinct SST-2 inputs", flush=True)
+    reference = offline(cfg, sorted(set(texts)), args.idle_requests)
+    expected = reference.pop("expected")
+    print(json.dumps(reference), flush=True)
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_server(args, port)
+    server = psutil.Process(process.pid)
+    try:
+        idle = asyncio.run(run_clients(url, [good(t) for t in texts[:args.idle_requests]], 1, args.phase_seconds))
+        rss_ready = server.memory_info().rss
+        inputs = [texts[i % len(texts)] for i in range(args.throughput_requests)]
+        throughput = asyncio.run(run_clients(url, [good(t) for t in inputs], args.throughput_clients,
+                                             args.phase_seconds))
+        every = round(1 / args.malformed) if args.malformed else 0
+        load_bodies = [(*MALFORMED[(i // every) % len(MALFORMED)], None) if every and i % every == every - 1
+                       else good(texts[i % len(texts)]) for i in range(args.requests)]
+        rss_before = server.memory_info().rss
+        load = asyncio.run(run_clients(url, load_bodies, args.clients, args.phase_seconds))
+        rss_after = server.memory_info().rss
+        alive = httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+        metrics = server_metrics(url)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        exit_code = process.wait(120)
+
+    idle_p50 = percentiles(idle["latencies"])["p50_ms"]
+    served = len(throughput["statuses"]) / throughput["wall"]
+    batches = metrics.get("t2t_serve_batch_size_count", 0)
+    results = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "load_average_at_end": os.getloadavg(), "torch": torch.__version__, "threads": args.threads},
+        "settings": {k: v for k, v in vars(args).items()},
+        "task": TASK, "distinct_inputs": len(expected),
+        "offline": reference,
+        "idle": {**percentiles(idle["latencies"]), "requests": len(idle["latencies"]),
+                 "ratio_to_generate": idle_p50 / reference["generate_p50_ms"]},
+        "throughput": {"clients": args.throughput_clients, "requests": len(throughput["statuses"]),
+                       "seconds": throughput["wall"], "examples_per_second": served,
+                       "ratio_to_offline": served / reference["examples_per_second"],
+                       **percentiles(throughput["latencies"]), **check([good(t) for t in inputs], throughput, expected)},
+        "load": {"clients": args.clients, "seconds": load["wall"], **percentiles(load["latencies"]),
+                 **check(load_bodies, load, expected),
+                 "requests_per_second": len(load["statuses"]) / load["wall"],
+                 "rss_mib_ready": rss_ready / 2**20, "rss_mib_before": rss_before / 2**20,
+                 "rss_mib_after": rss_after / 2**20, "alive_after": alive},
+        "server": {"mean_batch_size": metrics.get("t2t_serve_batch_size_sum", 0) / max(batches, 1),
+                   "batches": batches, "exit_code_after_sigterm": exit_code},
+    }
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"serve-{args.name}.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps({k: results[k] for k in ("offline", "idle", "throughput", "load", "server")}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
