@@ -92,14 +92,17 @@ def write_msgpack(folder: Path, params: dict) -> Path:
     return folder
 
 
-def write_t5x_tensorstore(folder: Path, params: dict) -> Path:
-    """t5x's own Checkpointer: each array in a gzip zarr folder ``target.<path>``; the msgpack keeps its spec."""
+def write_t5x_tensorstore(folder: Path, params: dict, gcs: bool = False) -> Path:
+    """t5x's own Checkpointer: each array in a gzip zarr folder ``target.<path>``; the msgpack keeps its spec
+    (for a gs:// run, a gcs kvstore with t5x's dummy bucket and the path beside it)."""
     folder.mkdir(parents=True)
 
     def spec(path, array):
         name = ".".join(("target",) + path)
         write_zarr({"driver": "file", "path": str(folder / name)}, array)
-        return {"driver": "zarr", "dtype": array.dtype.name, "kvstore": {"driver": "file", "path": name},
+        where = ({"kvstore": {"driver": "gcs", "bucket": "t5x-dummy-bucket"}, "path": name} if gcs
+                 else {"kvstore": {"driver": "file", "path": name}})
+        return {"driver": "zarr", "dtype": array.dtype.name, **where,
                 "metadata": {"compressor": {"id": "gzip"}, "shape": list(array.shape),
                              "chunks": np.array([max(1, n // 2) for n in array.shape])}}
 
@@ -135,6 +138,7 @@ def write_orbax(folder: Path, params: dict, ocdbt: bool, zarr3: bool = False, me
 
 LAYOUTS = {
     "t5x-zarr": write_t5x_tensorstore,
+    "t5x-zarr-written-to-gcs": lambda f, p: write_t5x_tensorstore(f, p, gcs=True),
     "orbax-zarr-placeholders": lambda f, p: write_orbax(f, p, ocdbt=False, metadata=False, aggregate=True),
     "orbax-zarr": lambda f, p: write_orbax(f, p, ocdbt=False),
     "orbax-ocdbt": lambda f, p: write_orbax(f, p, ocdbt=True),
@@ -169,6 +173,13 @@ def test_tensorstore_layouts_load_the_weights_and_logits_of_msgpack(reference, t
     for key, value in expected.state_dict().items():
         assert torch.equal(state[key], value), key
     assert torch.equal(logits_of(model), logits_of(expected.eval()))
+
+
+def test_orbax_aggregate_file_passed_itself(reference, tmp_path):
+    params, expected = reference
+    folder = LAYOUTS["orbax-ocdbt-placeholders"](tmp_path / "checkpoint_7", params)
+    model = load_model(folder / "state" / "checkpoint")
+    assert torch.equal(logits_of(model), logits_of(expected))
 
 
 def test_bfloat16_zarr_arrays_read_as_msgpack_bfloat16(tmp_path):
