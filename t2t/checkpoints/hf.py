@@ -338,17 +338,43 @@ def download_from_hub(repo_id: str) -> Path:
 
 
 def hub_vocabulary(repo_id: str) -> str | None:
-    """The ``spiece.model`` of hub repo ``repo_id`` (that file alone, or huggingface_hub's cached copy); None
-    where there is none or it cannot be fetched: loading the model then says why, or the repo has no vocabulary
-    of its own."""
+    """The vocabulary of hub repo ``repo_id`` as :func:`folder_vocabulary` finds it, fetching only the files it
+    reads (or huggingface_hub's cached copies); None where there is none or it cannot be fetched: loading the
+    model then says why, or the repo has no vocabulary of its own."""
     if _path_looking(repo_id) or not _HUB_ID.match(repo_id) or ".." in repo_id:
         return None
     from huggingface_hub import hf_hub_download
 
+    for name in (VOCAB_FILE, *BYT5_MARKERS):
+        try:
+            path = Path(hf_hub_download(repo_id, name))
+        except Exception:  # offline, not found, no such file: the model's own loading reports the first two
+            continue
+        if name == VOCAB_FILE:
+            return str(path)
+        if _names_byt5_tokenizer(path):
+            return ByteVocabulary.kind
+    return None
+
+
+BYT5_MARKERS = ("tokenizer_config.json", CONFIG_FILE)  # where a ByT5 folder names its tokenizer class
+
+
+def folder_vocabulary(folder: Path) -> str | None:
+    """The vocabulary a Hugging Face folder ships: its ``spiece.model``, or ``byte`` where its tokenizer or model
+    config names ``ByT5Tokenizer`` (google/byt5-* and t2t-export's ByT5 folders), a tokenizer without a file;
+    None for neither."""
+    if (folder / VOCAB_FILE).is_file():
+        return str(folder / VOCAB_FILE)
+    return ByteVocabulary.kind if any(_names_byt5_tokenizer(folder / name) for name in BYT5_MARKERS) else None
+
+
+def _names_byt5_tokenizer(path: Path) -> bool:
     try:
-        return hf_hub_download(repo_id, VOCAB_FILE)
-    except Exception:  # offline, not found, no such file: the model's own loading reports the first two
-        return None
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):  # absent or unreadable: the model's own loading names a broken config.json
+        return False
+    return isinstance(config, dict) and config.get("tokenizer_class") == "ByT5Tokenizer"
 
 
 def _path_looking(name: str) -> str | None:

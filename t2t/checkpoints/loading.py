@@ -31,9 +31,9 @@ def load_model(path_or_id: str | os.PathLike, verify: bool = True) -> T5:
 def own_vocabulary(path_or_id: str | os.PathLike) -> str | None:
     """The vocabulary a checkpoint carries: a t2t run's record (``vocab.json``, or ``spiece.model`` in runs from
     before it; t2t.checkpoints.run.Run.vocab), or the ``spiece.model`` a Hugging Face T5 folder or hub repo
-    ships beside its weights (what transformers' tokenizer reads); None for a t5x checkpoint or a folder
-    without one. A model trained on another vocabulary of T5's size would otherwise be read with T5's, and
-    every prediction would be wrong without a word."""
+    ships beside its weights (what transformers' tokenizer reads; ``byte`` for ByT5's: hf.folder_vocabulary);
+    None for a t5x checkpoint or a folder without one. A model trained on another vocabulary of T5's size
+    would otherwise be read with T5's, and every prediction would be wrong without a word."""
     path = Path(path_or_id)
     run = find_run(path)
     if run is not None:
@@ -42,8 +42,7 @@ def own_vocabulary(path_or_id: str | os.PathLike) -> str | None:
         return None
     if not path.exists():
         return hf.hub_vocabulary(str(path_or_id))
-    vocab = path / hf.VOCAB_FILE
-    return str(vocab) if path.is_dir() and is_hf_folder(path) and vocab.is_file() else None
+    return hf.folder_vocabulary(path) if path.is_dir() and is_hf_folder(path) else None
 
 
 def is_hf_folder(path: Path) -> bool:

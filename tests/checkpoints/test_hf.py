@@ -95,8 +95,9 @@ def test_hub_failures_are_told_apart(monkeypatch, error, offline, expected):
 
 
 def test_a_hub_models_own_vocabulary_is_its_spiece_model_alone(monkeypatch, tmp_path):
-    """Only the vocabulary file is fetched; a repo without one (or the hub out of reach) has none of its own,
-    and a path-looking name is never sent to the hub."""
+    """Only the vocabulary file is fetched (without one, the two configs that may name ByT5's tokenizer, which
+    has no file); a repo without one (or the hub out of reach) has none of its own, and a path-looking name is
+    never sent to the hub."""
     from t2t.checkpoints.loading import own_vocabulary
 
     asked = []
@@ -111,4 +112,5 @@ def test_a_hub_models_own_vocabulary_is_its_spiece_model_alone(monkeypatch, tmp_
     assert own_vocabulary("owner/model") == str(tmp_path / "spiece.model")
     assert own_vocabulary("owner/no-vocab") is None
     assert own_vocabulary("./runs/missing") is None
-    assert asked == [("owner/model", "spiece.model"), ("owner/no-vocab", "spiece.model")]
+    assert asked == [("owner/model", "spiece.model"), ("owner/no-vocab", "spiece.model"),
+                     ("owner/no-vocab", "tokenizer_config.json"), ("owner/no-vocab", "config.json")]

@@ -9,6 +9,7 @@ import pytest
 
 from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.hf import to_hf
+from t2t.checkpoints.loading import own_vocabulary
 from t2t.data.byte_vocab import ByteVocabulary
 from t2t.data.vocab import load_vocabulary, read_vocabulary
 from t2t.errors import T2TError
@@ -27,13 +28,19 @@ def bare():
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """transformers' tokenizer as AutoTokenizer reads t2t-export's folder (a tiny model with the byte vocabulary)."""
+def export_folder(tmp_path_factory):
+    """What to_hf (t2t-export) writes for a tiny model with the byte vocabulary."""
     folder = tmp_path_factory.mktemp("byt5") / "hf"
     model = T5.from_config({"preset": "byt5-small", "d_model": 8, "d_kv": 4, "d_ff": 8, "num_layers": 1,
                             "num_decoder_layers": 1, "num_heads": 2}, device="cpu")
     to_hf(model, folder, vocabulary="byte")
-    return transformers.AutoTokenizer.from_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(export_folder):
+    """transformers' tokenizer as AutoTokenizer reads t2t-export's folder."""
+    return transformers.AutoTokenizer.from_pretrained(export_folder)
 
 
 def test_ids_are_seqio_bytes_plus_three_with_125_sentinels_from_the_top():
@@ -113,6 +120,27 @@ def test_a_run_records_the_byte_vocabulary_by_kind_and_its_name(tmp_path, tiny_s
     assert run_lib.recorded_settings({}, ByteVocabulary().path)["vocab"] == "byte"  # not <cwd>/byte
     assert run_lib.same_vocabulary("byte", tmp_path / "vocab.json")
     assert not run_lib.same_vocabulary("byte", tiny_spiece)
+
+
+def test_a_hugging_face_byt5_folder_or_hub_repo_carries_the_byte_vocabulary(export_folder, tmp_path, monkeypatch):
+    assert sorted(p.name for p in export_folder.iterdir() if "token" in p.name or "spiece" in p.name) == [
+        "tokenizer_config.json"]
+    assert own_vocabulary(export_folder) == "byte"  # t2t-eval --checkpoint <export> reads it as bytes
+    hub = tmp_path / "byt5-small"  # google/byt5-*: the tokenizer class named in config.json
+    hub.mkdir()
+    (hub / "config.json").write_text(json.dumps({"model_type": "t5", "tokenizer_class": "ByT5Tokenizer"}))
+    assert own_vocabulary(hub) == "byte"
+    import huggingface_hub
+
+    def download(repo_id, filename):
+        if not (hub / filename).is_file():
+            raise FileNotFoundError(filename)
+        return str(hub / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert own_vocabulary("google/byt5-small") == "byte"
+    (hub / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    assert own_vocabulary(hub) is None and own_vocabulary("google/byt5-small") is None
 
 
 @pytest.fixture
