@@ -1,6 +1,7 @@
 """The data path: tasks and mixtures (task.py), sources, the vocabulary, text preprocessors, objectives,
 Winograd forms, tokenized splits, mixing rates, feature converters and the training-batch pipeline."""
 
+from t2t.data import ul2  # noqa: F401  (registers UL2's mixture of denoisers as the objective "ul2")
 from t2t.data.byte_vocab import ByteVocabulary  # registers the "byte" vocabulary kind (--vocab byte)
 from t2t.data.sources import (
            CsvFiles,

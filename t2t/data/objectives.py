@@ -513,6 +513,3 @@ def denoise_output_lengths(lengths: dict[str, int], *, objective: Objective = sp
 
 
 denoise.output_lengths = denoise_output_lengths  # the token-preprocessor protocol: t2t.data.pipeline
-
-
-import t2t.data.ul2  # noqa: E402,F401  (registers UL2's mixture of denoisers, which builds on the above)
