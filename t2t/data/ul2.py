@@ -66,6 +66,12 @@ class Denoiser:
     mean_noise_span_length: float | None = None
     share: float = 1.0
 
+    def __post_init__(self):
+        if not 0.0 < self.noise_density < 1.0 or (self.mean_noise_span_length is not None
+                                                    and not self.mean_noise_span_length >= 1.0):
+            raise T2TError(f"a denoiser needs a corruption rate between 0 and 1 and a mean span length of at least 1 "
+                           f"(None for the S-denoiser), got r={self.noise_density}, μ={self.mean_noise_span_length}.")
+
     @property
     def kind(self) -> str:
         """"S" for sequential denoising; "X" when extreme (§3.1.2: span ≥ 12 tokens or rate ≥ 30%); else "R"."""
@@ -95,12 +101,9 @@ UL2_DENOISERS: tuple[Denoiser, ...] = (
 )
 
 
-def _mean_suffix(length: int, noise_density: float) -> int:
-    return max(1, round(length * noise_density))
-
-
 def _longest_suffix(length: int, noise_density: float) -> int:
-    return 2 * _mean_suffix(length, noise_density) - 1
+    """The S-denoiser's longest targets: ``2m - 1`` for a mean of ``m = round(L·r)`` (at least 1)."""
+    return 2 * max(1, round(length * noise_density)) - 1
 
 
 def sequential_denoising(tokens: Tokens, noise_density: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
