@@ -1,8 +1,9 @@
 """Where a run's logged records go: one small interface, as torchtune's ``MetricLoggerInterface``, and its kinds.
 
 The training loop holds a list of loggers and knows none of them. ``TrainConfig.loggers`` names the kinds
-(``jsonl``, ``console`` and ``plot`` by default), which only the main process builds. A new kind (TensorBoard,
-W&B) is one module with a subclass plus one :func:`register_logger` line; a ``--module`` file may hold it.
+(``jsonl``, ``console`` and ``plot`` by default; ``tensorboard``, ``wandb`` and ``mlflow`` in
+t2t.training.dashboards), which only the main process builds. A new kind is one module with a subclass plus one
+:func:`register_logger` line; a ``--module`` file may hold it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class MetricsLogger(ABC):
 
     kind: ClassVar[str]  # its name in TrainConfig.loggers and LOGGER_KINDS
 
+    @classmethod
+    def check_available(cls) -> None:
+        """Raise T2TError if this kind cannot work here (its package is not installed), on every process and
+        before anything is loaded."""
+
     def log_settings(self, settings: dict) -> None:
         """The run's settings as train_config.yaml records them, before the first step."""
 
@@ -68,7 +74,7 @@ def register_logger(cls: type[MetricsLogger]) -> type[MetricsLogger]:
 def check_logger_names(names: list[str]) -> None:
     """Each name in ``loggers`` registered (a misspelt one suggests close names) and named once."""
     for name in names:
-        LOGGER_KINDS.get(name)
+        LOGGER_KINDS.get(name).check_available()
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise T2TError(f"loggers names {repeated[0]} more than once, so its records would be logged twice; "

@@ -38,6 +38,7 @@ from t2t.models.flex import require_flex_attention
 from t2t.models.presets import COMPUTE_FIELDS
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.terminal import raise_if_interrupted
+from t2t.training import dashboards  # noqa: F401 (registers the tensorboard, wandb and mlflow loggers)
 from t2t.training.keep_best import WATCH_STATE, BestWatch, EarlyStoppingConfig, check_keep_best, stopped_early
 from t2t.training.loggers import (
     DEFAULT_LOGGERS,
