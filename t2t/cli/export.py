@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
                    help="format to write: hf (Hugging Face transformers; LoRA layers folded into the weights) or "
                         "peft (a LoRA run's adapter for peft, with its base model in OUT_DIR/base)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="folder to write: new, or one an earlier export wrote")
-    p.add_argument("--vocab", help="SentencePiece .model (or vocab.json) to ship instead of the run's vocabulary")
+    p.add_argument("--vocab", help="SentencePiece .model, vocab.json or byte to ship instead of the run's vocabulary")
     return p
 
 

@@ -109,6 +109,10 @@ def test_the_export_loads_as_byt5_in_transformers_with_the_same_ids_and_greedy_d
                                         for ids in vocab.encode_batch(texts)]
     model = load_model(byt5_run)
     with torch.no_grad():
+        decoder_input = torch.tensor([[0] + vocab.encode("entailment")] * len(texts))
+        logits = model(batch.input_ids, decoder_input)
+        hf_logits = hf_model(**batch, decoder_input_ids=decoder_input).logits
+        assert torch.allclose(logits, hf_logits, atol=1e-4, rtol=0)
         ours = model.generate(batch.input_ids, max_new_tokens=12)
         theirs = hf_model.generate(**batch, max_new_tokens=12, do_sample=False, num_beams=1)
     ours_rows = [[i for i in row if i != 0] for row in ours.tolist()]
