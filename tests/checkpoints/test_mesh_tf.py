@@ -142,6 +142,19 @@ def test_t5_library_checkpoints_give_the_logits_of_the_same_weights_from_hf(chec
     assert ((logits - theirs).abs().max() / theirs.abs().max()).item() < 1e-4
 
 
+def test_bfloat16_variables_load_as_float32_of_the_same_values(checkpoints, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    hf = checkpoints["t5_1_1"][2]
+    variables = mesh_tf_variables(hf.state_dict(), "rms_norm", "rms_norm", False)
+    bf16 = {k: v.astype(tf.bfloat16.as_numpy_dtype) for k, v in variables.items()}
+    model = mesh_tf.from_mesh_tf(save_tf_checkpoint(tf, tmp_path / "tf", bf16))
+    ours, theirs = model.state_dict(), hf.state_dict()
+    for key, hf_key in [("shared.weight", "shared.weight"), ("lm_head.weight", "lm_head.weight"),
+                        ("decoder.blocks.2.cross_attn.k.weight", "decoder.block.2.layer.1.EncDecAttention.k.weight")]:
+        assert ours[key].dtype == torch.float32
+        assert torch.equal(ours[key], theirs[hf_key].to(torch.bfloat16).float()), key
+
+
 @pytest.mark.integration
 def test_init_from_a_model_ckpt_prefix_trains_and_names_its_base(checkpoints, tmp_path):
     from t2t import config
