@@ -116,6 +116,12 @@ def sequential_denoising(tokens: Tokens, noise_density: float, rng: np.random.Ge
     return {"inputs": ids[:-num_targets], "targets": ids[-num_targets:]}
 
 
+@functools.lru_cache(maxsize=64)
+def shares_of(denoisers: tuple[Denoiser, ...]) -> np.ndarray:
+    """``check_denoisers`` once per mixture (a draw's hot path)."""
+    return check_denoisers(denoisers)
+
+
 def check_denoisers(denoisers: Sequence[Denoiser]) -> np.ndarray:
     """The denoisers' shares as probabilities, once checked."""
     if not denoisers or not all(isinstance(d, Denoiser) for d in denoisers):
@@ -152,7 +158,8 @@ def ul2(tokens: Tokens, *, vocab_size: int, rng: np.random.Generator, vocab=None
     run's ``sequence_length`` (``denoise`` passes it), the denoiser corrupts a window of the chunk at a random
     offset, as long as fills its inputs (``denoiser_length``); without, the whole chunk."""
     ids = as_ids(tokens)
-    denoiser = denoisers[int(rng.choice(len(denoisers), p=check_denoisers(denoisers)))]
+    denoisers = tuple(denoisers)
+    denoiser = denoisers[int(rng.choice(len(denoisers), p=shares_of(denoisers)))]
     mode = mode_ids(vocab, denoiser.mode)
     if sequence_length is not None:
         length = denoiser_length(denoiser, int(sequence_length["inputs"]) - 1 - mode.size,

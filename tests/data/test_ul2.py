@@ -216,6 +216,7 @@ def test_the_tasks_are_registered_at_the_papers_lengths():
 # corpus_ul2 in the pipeline and in training (a text folder made here, so this runs without T2T_DATA_DIR)
 
 RUN_LENGTHS = {"input_length": 64, "target_length": 64}
+PIPELINE_DRAWS = 3_000
 
 
 @pytest.fixture(scope="module")
@@ -229,14 +230,18 @@ def text_dir(tmp_path_factory):
     return root
 
 
-def test_corpus_ul2_examples_open_with_every_mode_and_are_never_trimmed(vocab, text_dir):
-    """The task's draws, as the trainer gets them, open with the three mode tokens and fit the lengths whole."""
+def test_corpus_ul2_draws_open_with_each_mode_at_its_share_and_are_never_trimmed(vocab, text_dir):
+    """3,000 of the task's draws as the trainer gets them (the pipeline's per-draw rng, trimming, EOS): each opens
+    with a mode token, [NLU] on 2/7, [NLG] on 4/7 and [S2S] on 1/7 of them within 3 standard errors, and each
+    fits the lengths whole."""
     stream = build_train_batches("corpus_ul2", vocab=vocab, batch_size=8, seed=3, data_dir=text_dir, **RUN_LENGTHS)
-    examples = stream.next_examples(200)
+    examples = stream.next_examples(PIPELINE_DRAWS)
     modes = {m: vocab.encode(m) for m in (ul2.R_MODE, ul2.X_MODE, ul2.S_MODE)}
     opened = collections.Counter(next(m for m, ids in modes.items() if list(e["inputs"][:len(ids)]) == ids)
                                  for e in examples)
-    assert set(opened) == set(modes) and opened[ul2.X_MODE] > opened[ul2.S_MODE]  # 4 of 7 are X-denoisers
+    for mode, share in ((ul2.R_MODE, 2 / 7), (ul2.X_MODE, 4 / 7), (ul2.S_MODE, 1 / 7)):
+        error = 3 * math.sqrt(share * (1 - share) / PIPELINE_DRAWS)
+        assert abs(opened[mode] / PIPELINE_DRAWS - share) <= error, (mode, opened)
     assert all(e["inputs"].size <= 64 and e["targets"].size <= 64 for e in examples)
     assert not stream.streams["corpus_ul2"].trim_warned
 
