@@ -184,7 +184,7 @@ def in_memory_settings(folder: Path, **changes) -> TrainConfig:
     module = folder.parent / "copy_task.py"
     module.write_text(MODULE)
     base = dict(mixture=TASK, model=str(model), modules=[str(module)], output_dir=str(folder), train_steps=24,
-                batch_size=4, input_length=16, target_length=16, pack=False, log_every=1, save_every=1,
+                batch_size=4, input_length=16, target_length=16, pack=False, log_every=1, save_every=3,
                 keep_checkpoints=1, seed=1, eval_every=1, eval_max_examples=4, eval_batch_size=4,
                 keep_best="words_copied", early_stopping={"patience": 2}, loggers=["jsonl"],
                 optimizer={"name": "adamw", "learning_rate": 1e-2})
@@ -195,13 +195,12 @@ def in_memory_settings(folder: Path, **changes) -> TrainConfig:
 def stopped_run(tmp_path_factory):
     """A run that kept its best and stopped early (trained once for the tests below)."""
     folder = tmp_path_factory.mktemp("keep_best") / "run"
-    os.environ["T2T_VOCAB"] = str(tiny_vocabulary().path)
-    try:
-        records = train(in_memory_settings(folder))
-        yield folder, records
-    finally:
-        os.environ.pop("T2T_VOCAB", None)
-        TASKS.unregister(TASK)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("T2T_VOCAB", str(tiny_vocabulary().path))  # for the tests using the run, too
+        try:
+            yield folder, train(in_memory_settings(folder))
+        finally:
+            TASKS.unregister(TASK)
 
 
 def evaluations(records) -> list[tuple[int, float]]:
@@ -219,7 +218,7 @@ def test_the_best_checkpoint_survives_rotation_and_the_run_stops_when_patience_r
     assert stop_step == best_step + 2  # no improvement in exactly the patience's 2 evaluations after the best
     record = best_record.read_best(folder)
     assert (record["step"], record["value"], record["metric"]) == (best_step, best_value, f"eval/{TASK}/words_copied")
-    # every step was saved with keep_checkpoints 1: the newest and, beside it, the best
+    # with keep_checkpoints 1, the newest and, beside it, the best (saved off the save_every schedule)
     assert [path.name for path in list_checkpoints(folder)] == [checkpoint_name(best_step), checkpoint_name(stop_step)]
 
 
@@ -227,7 +226,6 @@ def test_the_best_checkpoint_survives_rotation_and_the_run_stops_when_patience_r
 def test_run_best_scores_exactly_what_training_recorded(stopped_run):
     folder, _ = stopped_run
     record = best_record.read_best(folder)
-    os.environ["T2T_VOCAB"] = str(tiny_vocabulary().path)
     assert eval_main(["--checkpoint", f"{folder}:best", "--task", TASK, "--max-examples", "4",
                       "--batch-size", "4"]) == 0
     scored = json.loads((folder / "eval" / checkpoint_name(record["step"]) / "validation" /
@@ -252,7 +250,6 @@ def test_predict_and_export_take_run_best(stopped_run, tmp_path, capsys):
 @pytest.mark.integration
 def test_a_stopped_run_is_done_until_its_patience_is_raised(stopped_run, tmp_path, caplog):
     folder, records = stopped_run
-    os.environ["T2T_VOCAB"] = str(tiny_vocabulary().path)
     with caplog.at_level(logging.INFO, logger="t2t.training.train"):
         again = train(in_memory_settings(folder))
     assert again == records and "stopped early" in caplog.text and "nothing to train" in caplog.text
