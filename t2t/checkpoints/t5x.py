@@ -63,25 +63,23 @@ def _is_orbax_folder(folder: Path) -> bool:
 def from_t5x(path: str | os.PathLike, dropout_rate: float = 0.1) -> T5:
     """A t2t model from a t5x checkpoint: its ``checkpoint`` msgpack file, or the ``checkpoint_N`` folder
     (with t5x's orbax layout, ``checkpoint_N/state``). Arrays may be inline (Flax msgpack) or TensorStore
-    arrays beside it: zarr folders named by t5x specs or orbax placeholders, or an OCDBT database (its
-    tree in orbax's ``_METADATA``); see t2t.checkpoints.tensorstore_arrays. The architecture is read off the weight
-    shapes; T5 1.1-style models (gated-GELU, separate ``logits_dense``) and T5 1.0-style (ReLU ``wi``,
-    logits via the embedding) are recognised. ``relative_attention_max_distance`` (not stored) is t5x's
+    arrays beside it: zarr folders named by t5x specs or orbax placeholders, or an OCDBT database (its tree
+    in orbax's ``_METADATA``); see t2t.checkpoints.tensorstore_arrays. The architecture is read off the
+    weight shapes; T5 1.1-style models (gated-GELU, separate ``logits_dense``) and T5 1.0-style (ReLU
+    ``wi``, logits via the embedding) are recognised. ``relative_attention_max_distance`` (not stored) is t5x's
     default 128."""
     try:
         import msgpack  # noqa: F401 -- checked first: every t5x layout but a bare OCDBT one needs it
     except ImportError:
         raise T2TError("reading t5x checkpoints needs the msgpack package; pip install msgpack.") from None
     folder, file = _locate(Path(path))
-    orbax = tensorstore_arrays.read_orbax_tree(folder)
     source = file or folder
-    tree = _read_msgpack(file) if file is not None else orbax.tree
-    driver = orbax.driver if orbax else "zarr"
-    flat = _flatten_t5x(_parameters(tree), source, driver)
+    tree = _read_msgpack(file) if file is not None else tensorstore_arrays.read_orbax_tree(folder)
+    where = tensorstore_arrays.storage(folder)
+    flat = _flatten_t5x(_parameters(tree), source, where.driver)
     refs = {name: value for name, value in flat.items() if isinstance(value, ArrayRef)}
     if refs:
-        ocdbt = orbax.use_ocdbt if orbax else (folder / tensorstore_arrays.OCDBT_MANIFEST).exists()
-        flat.update(tensorstore_arrays.read_arrays(folder, refs, ocdbt))
+        flat.update(tensorstore_arrays.read_arrays(folder, refs, where.ocdbt))
     weights = {}
     for name, value in flat.items():
         key = _t5x_key(name)

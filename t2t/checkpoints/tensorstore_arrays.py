@@ -57,37 +57,48 @@ def array_ref(leaf: Any, driver: str = "zarr") -> ArrayRef | None:
 
 
 @dataclass(frozen=True)
-class OrbaxTree:
-    """An orbax checkpoint's tree (leaves are ArrayRefs) and how its arrays are stored."""
+class Storage:
+    """Where a checkpoint folder's arrays lie: one OCDBT database or a zarr folder each (orbax's
+    ``use_ocdbt``; without ``_METADATA``, wherever an OCDBT manifest is), and the zarr driver of orbax's
+    placeholders (``use_zarr3``)."""
 
-    tree: dict
-    use_ocdbt: bool
-    driver: str  # of its placeholders: zarr (v2) or zarr3
+    ocdbt: bool
+    driver: str
 
 
-def read_orbax_tree(folder: Path) -> OrbaxTree | None:
-    """The tree orbax lists in ``folder/_METADATA``; without that file (orbax before it wrote one), the
-    arrays an OCDBT database in ``folder`` holds; None where there is neither (t5x's own format)."""
-    path = folder / METADATA_FILE
-    if not path.is_file():
-        return _listed_ocdbt_tree(folder) if (folder / OCDBT_MANIFEST).is_file() else None
-    data = read_json(path, "orbax metadata")
-    driver = "zarr3" if data.get("use_zarr3") else "zarr"
+def storage(folder: Path) -> Storage:
+    metadata = _metadata(folder)
+    return Storage(bool(metadata.get("use_ocdbt", (folder / OCDBT_MANIFEST).exists())),
+                   "zarr3" if metadata.get("use_zarr3") else "zarr")
+
+
+def read_orbax_tree(folder: Path) -> dict:
+    """The tree (leaves are ArrayRefs) orbax lists in ``folder/_METADATA``; without that file (orbax before it
+    wrote one), the arrays the OCDBT database in ``folder`` holds."""
+    if not (folder / METADATA_FILE).is_file():
+        return _listed_ocdbt_tree(folder)
+    driver = storage(folder).driver
     tree: dict = {}
     try:
-        for entry in data["tree_metadata"].values():
+        for entry in _metadata(folder)["tree_metadata"].values():
             keys = [str(k["key"]) for k in entry["key_metadata"]]
             _insert(tree, keys, ArrayRef(".".join(keys), driver))
     except (KeyError, TypeError, AttributeError, IndexError) as e:
-        raise T2TError(f"orbax metadata {path} has no tree_metadata with key_metadata entries ({error_summary(e)} "
-                       f"is missing or malformed); the file is damaged or from an orbax version t2t does not "
-                       f"read.") from None
-    return OrbaxTree(tree, bool(data.get("use_ocdbt", (folder / OCDBT_MANIFEST).exists())), driver)
+        raise T2TError(f"orbax metadata {folder / METADATA_FILE} has no tree_metadata with key_metadata entries "
+                       f"({error_summary(e)} is missing or malformed); the file is damaged or from an orbax "
+                       f"version t2t does not read.") from None
+    return tree
 
 
-def _listed_ocdbt_tree(folder: Path) -> OrbaxTree:
+def _metadata(folder: Path) -> dict:
+    path = folder / METADATA_FILE
+    return read_json(path, "orbax metadata") if path.is_file() else {}
+
+
+def _listed_ocdbt_tree(folder: Path) -> dict:
     """Each array in the database is a key ``<name>/.zarray`` (zarr v2) or ``<name>/zarr.json`` (zarr3)."""
     ts = import_tensorstore()
+    _check_manifest(folder)
     try:
         keys = ts.KvStore.open(_ocdbt_kvstore(folder)).result().list().result()
     except ValueError as e:
@@ -97,7 +108,7 @@ def _listed_ocdbt_tree(folder: Path) -> OrbaxTree:
         name, _, last = key.decode().rpartition("/")
         if last in (".zarray", "zarr.json"):
             _insert(tree, name.split("."), ArrayRef(name, "zarr" if last == ".zarray" else "zarr3"))
-    return OrbaxTree(tree, True, "zarr")
+    return tree
 
 
 def _insert(tree: dict, keys: list[str], leaf: ArrayRef) -> None:
@@ -110,11 +121,16 @@ def read_arrays(folder: Path, refs: Mapping[str, ArrayRef], ocdbt: bool) -> dict
     """Each ref's array, from zarr folders under ``folder`` or (``ocdbt``) from its OCDBT database, as a
     tensor of its own dtype (bfloat16 as float32). Keys are kept; errors name the array and what is missing."""
     ts = import_tensorstore()
-    if ocdbt and not (folder / OCDBT_MANIFEST).is_file():
-        raise T2TError(f"checkpoint {folder} keeps its arrays in an OCDBT database but {OCDBT_MANIFEST} is "
-                       f"missing; the copy is partial, so copy the whole checkpoint again.")
+    if ocdbt:
+        _check_manifest(folder)
     context = ts.Context()  # one cache for the database's manifest and b-tree nodes across arrays
     return {key: _read(ts, context, folder, ref, ocdbt) for key, ref in refs.items()}
+
+
+def _check_manifest(folder: Path) -> None:
+    if not (folder / OCDBT_MANIFEST).is_file():
+        raise T2TError(f"checkpoint {folder} keeps its arrays in an OCDBT database but {OCDBT_MANIFEST} is "
+                       f"missing; the copy is partial, so copy the whole checkpoint again.")
 
 
 def import_tensorstore():
