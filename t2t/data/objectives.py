@@ -455,8 +455,8 @@ def tokens_length_for(objective: Objective, inputs_length: int, noise_density: f
     return inputs_length - 1
 
 
-#: objectives that size their own chunks: ``fn(sequence_length, *, vocab, **options) -> int`` (UL2's mixture,
-#: whose denoisers must all fit; registered by ``t2t.data.ul2``).
+#: objectives that size their own chunks: ``fn(sequence_length, *, vocab, **options) -> int`` (UL2's mixture:
+#: the longest text one of its denoisers takes at both lengths; registered by ``t2t.data.ul2``).
 CHUNK_LENGTHS: dict[Objective, Callable[..., int]] = {}
 
 

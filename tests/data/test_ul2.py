@@ -194,6 +194,8 @@ def test_lengths_that_fit_no_denoiser_are_one_sentence(vocab):
         ob.chunk_length({"inputs": 8, "targets": 2}, objective=ul2.ul2, vocab=vocab)
     with pytest.raises(T2TError, match="pass the run's vocabulary"):
         ul2.ul2([5, 6, 7], vocab_size=500, rng=np.random.default_rng(0))
+    with pytest.raises(T2TError, match="sizes its text chunks from both lengths"):
+        ob.chunk_length({"inputs": 512}, objective=ul2.ul2, vocab=vocab)
     with pytest.raises(T2TError, match="a corruption rate between 0 and 1"):
         ul2.Denoiser("[NLG]", 1.5, 3.0)
     with pytest.raises(T2TError, match="non-negative"):
