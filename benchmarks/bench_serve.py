@@ -92,9 +92,9 @@ def offline(cfg: PredictConfig, texts: list[str], idle_requests: int) -> dict:
     rows = predictor.encode(texts, None)
     decoding = DecodingConfig(batch_size=32, max_length=cfg.max_length)
     predictor.decode(rows[:64], decoding)  # warm up
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     decoded, _ = predictor.decode(rows, decoding)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert decoded == expected, "Predictor.decode and predict() disagree"
     model = predictor.model
     direct = []
@@ -104,7 +104,8 @@ def offline(cfg: PredictConfig, texts: list[str], idle_requests: int) -> dict:
             model.generate(pad_rows([row]), max_new_tokens=cfg.max_length)
             direct.append(time.perf_counter() - started)
     return {"expected": dict(zip(texts, expected)), "examples": len(texts), "seconds": seconds,
-            "examples_per_second": len(texts) / seconds, "generate_p50_ms": 1000 * statistics.median(direct)}
+            "examples_per_second": len(texts) / seconds, "cpu_seconds_per_example": cpu / len(texts),
+            "load_average": os.getloadavg()[0], "generate_p50_ms": 1000 * statistics.median(direct)}
 
 
 def free_port() -> int:
@@ -113,13 +114,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(args, port: int) -> subprocess.Popen:
+def start_server(args, port: int, log) -> subprocess.Popen:
     code = "import sys; from t2t.cli import serve_main; sys.exit(serve_main())"
     process = subprocess.Popen(
         [sys.executable, "-c", code, "--checkpoint", args.checkpoint, "--port", str(port), "--max-length",
          str(args.max_length), "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
          "--threads", str(args.threads), "--max-queue", "1024"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -134,9 +135,10 @@ def start_server(args, port: int) -> subprocess.Popen:
 
 
 async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None]], clients: int,
-                      seconds: float) -> dict:
+                      seconds: float, server: psutil.Process) -> dict:
     """Send ``bodies`` (body, expected 4xx status or None, input or None) from ``clients`` concurrent clients;
-    latencies, statuses and the answers that were wrong."""
+    latencies, statuses, answers, the server's RSS every half second and its CPU seconds, and the load average
+    of the machine at the start and the end."""
     queue = list(reversed(range(len(bodies))))
     latencies, statuses, answers = [], {}, {}
     stop = time.monotonic() + seconds
@@ -152,10 +154,22 @@ async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None
                 latencies.append(time.perf_counter() - started)
                 statuses[i] = response.status_code
                 answers[i] = response.json()
+        rss, done = [], asyncio.Event()
+
+        async def sample_rss():
+            while not done.is_set():
+                rss.append(server.memory_info().rss / 2**20)
+                await asyncio.sleep(0.5)
+        cpu_before, load_before = sum(server.cpu_times()[:2]), os.getloadavg()[0]
+        sampler = asyncio.create_task(sample_rss())
         started = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(clients)))
         wall = time.perf_counter() - started
-    return {"wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers}
+        done.set()
+        await sampler
+    return {"wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers, "rss_mib": rss,
+            "server_cpu_seconds": sum(server.cpu_times()[:2]) - cpu_before,
+            "load_average": [load_before, os.getloadavg()[0]]}
 
 
 def check(bodies, result, expected: dict) -> dict:
@@ -183,6 +197,12 @@ def percentiles(latencies: list[float]) -> dict:
     return {"p50_ms": pick(0.5), "p90_ms": pick(0.9), "p99_ms": pick(0.99)}
 
 
+def rss_quarters(samples: list[float]) -> dict:
+    """The server's RSS (MiB) at the start of the phase, after each quarter of it, and its peak."""
+    at = {f"{q}%": samples[min(len(samples) - 1, q * len(samples) // 100)] for q in (25, 50, 75)}
+    return {"start": samples[0], **at, "end": samples[-1], "peak": max(samples)}
+
+
 def server_metrics(url: str) -> dict:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     values = {}
@@ -207,20 +227,19 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = start_server(args, port)
+    log = (RESULTS / f"serve-{args.name}.server.log").open("w")
+    process = start_server(args, port, log)
     server = psutil.Process(process.pid)
     try:
-        idle = asyncio.run(run_clients(url, [good(t) for t in texts[:args.idle_requests]], 1, args.phase_seconds))
-        rss_ready = server.memory_info().rss
+        idle = asyncio.run(run_clients(url, [good(t) for t in texts[:args.idle_requests]], 1, args.phase_seconds,
+                                       server))
         inputs = [texts[i % len(texts)] for i in range(args.throughput_requests)]
         throughput = asyncio.run(run_clients(url, [good(t) for t in inputs], args.throughput_clients,
-                                             args.phase_seconds))
+                                             args.phase_seconds, server))
         every = round(1 / args.malformed) if args.malformed else 0
         load_bodies = [(*MALFORMED[(i // every) % len(MALFORMED)], None) if every and i % every == every - 1
                        else good(texts[i % len(texts)]) for i in range(args.requests)]
-        rss_before = server.memory_info().rss
-        load = asyncio.run(run_clients(url, load_bodies, args.clients, args.phase_seconds))
-        rss_after = server.memory_info().rss
+        load = asyncio.run(run_clients(url, load_bodies, args.clients, args.phase_seconds, server))
         alive = httpx.get(f"{url}/healthz", timeout=10).status_code == 200
         metrics = server_metrics(url)
     finally:
@@ -237,16 +256,17 @@ def main() -> None:
         "task": TASK, "distinct_inputs": len(expected),
         "offline": reference,
         "idle": {**percentiles(idle["latencies"]), "requests": len(idle["latencies"]),
-                 "ratio_to_generate": idle_p50 / reference["generate_p50_ms"]},
+                 "ratio_to_generate": idle_p50 / reference["generate_p50_ms"], "load_average": idle["load_average"]},
         "throughput": {"clients": args.throughput_clients, "requests": len(throughput["statuses"]),
                        "seconds": throughput["wall"], "examples_per_second": served,
                        "ratio_to_offline": served / reference["examples_per_second"],
+                       "server_cpu_seconds_per_example": throughput["server_cpu_seconds"] / len(throughput["statuses"]),
+                       "load_average": throughput["load_average"],
                        **percentiles(throughput["latencies"]), **check([good(t) for t in inputs], throughput, expected)},
         "load": {"clients": args.clients, "seconds": load["wall"], **percentiles(load["latencies"]),
                  **check(load_bodies, load, expected),
-                 "requests_per_second": len(load["statuses"]) / load["wall"],
-                 "rss_mib_ready": rss_ready / 2**20, "rss_mib_before": rss_before / 2**20,
-                 "rss_mib_after": rss_after / 2**20, "alive_after": alive},
+                 "requests_per_second": len(load["statuses"]) / load["wall"], "load_average": load["load_average"],
+                 "rss_mib": rss_quarters(load["rss_mib"]), "alive_after": alive},
         "server": {"mean_batch_size": metrics.get("t2t_serve_batch_size_sum", 0) / max(batches, 1),
                    "batches": batches, "exit_code_after_sigterm": exit_code},
     }

@@ -2,8 +2,10 @@
 
 A request is a :class:`Job`: its rows (one per input), the key its rows share a batch under (decoding
 settings: only rows decoded the same way may be decoded together), and a deadline. The worker takes the
-oldest waiting row, waits until ``max_wait`` seconds after that row's request arrived for more rows with its
-key (or until ``max_batch_size`` of them wait), and then runs up to ``max_batch_size`` of them together,
+oldest waiting row, waits until ``max_wait`` seconds after that row's request arrived, or after its own last
+batch ended if that is later, for more rows with its key (or until ``max_batch_size`` of them wait): under
+load, the wait lets the requests that came in during a batch reach the queue (the event loop parses them
+while the worker waits instead of holding the GIL). Then it runs up to ``max_batch_size`` of them together,
 grouped by length: of those rows sorted by length, the run of ``max_batch_size`` that holds the oldest row
 and spans the fewest tokens, so padding stays low and no row waits for ever behind shorter ones. A job that
 finds the worker idle with nothing else queued runs at once: at idle a wait for company only adds latency,
@@ -80,6 +82,7 @@ class Batcher:
         self.condition = threading.Condition()
         self.closing = False
         self.idle_since: float | None = None  # when the worker began waiting with nothing queued
+        self.free_since = 0.0                 # when the worker's last batch ended
         self.thread = threading.Thread(target=self.work, name="t2t-serve-batcher", daemon=True)
 
     def start(self) -> None:
@@ -124,6 +127,7 @@ class Batcher:
             if batch is None:
                 return
             self.run_batch(batch)
+            self.free_since = time.monotonic()
 
     def next_batch(self) -> list[Row] | None:
         """The rows to run next (None once closed and empty), after waiting for company as the module says."""
@@ -134,7 +138,7 @@ class Batcher:
                     first = self.waiting[0]
                     if first.job.whole:
                         return self.take([row for row in self.waiting if row.job is first.job])
-                    left = first.job.arrived + self.max_wait - time.monotonic()
+                    left = max(first.job.arrived, self.free_since) + self.max_wait - time.monotonic()
                     if (self.closing or left <= 0 or self.compatible(first) >= self.max_batch_size
                             or self.found_idle(first)):
                         return self.take(self.length_window(first))

@@ -141,3 +141,23 @@ def test_health_readiness_and_refusals_are_json():
     assert wrong_method.json()["error"].startswith("/v1/predict does not take GET")
     assert too_big.json()["error"].startswith("the request body is larger than this server takes")
     assert draining.status_code == 503 and "draining" in draining.json()["error"]
+
+
+def test_sampled_requests_never_share_a_batch_and_greedy_ones_do():
+    """A sampled request's draws depend on its batch, so it is decoded alone (as t2t-predict decodes its lines)."""
+    http, predictor, service = client(max_wait_ms=200.0)
+    with http:
+        assert service.warm.wait(10)
+        predictor.gate.clear()
+        with ThreadPoolExecutor(5) as pool:
+            blocker = pool.submit(predict, http, "blocker")
+            while service.batcher.depth or not blocker.running():
+                time.sleep(0.01)
+            sampled = [pool.submit(predict, http, f"s{i}", temperature=0.5, seed=1) for i in range(2)]
+            greedy = [pool.submit(predict, http, f"g{i}") for i in range(2)]
+            while service.batcher.depth < 4:
+                time.sleep(0.01)
+            predictor.gate.set()
+            assert [f.result().status_code for f in (blocker, *sampled, *greedy)] == [200] * 5
+    batches = sorted(sorted(batch) for batch in predictor.batches[2:])  # after the warm-up and the blocker
+    assert batches == [["g0", "g1"], ["s0"], ["s1"]]

@@ -169,14 +169,15 @@ def test_a_job_past_its_deadline_is_not_run_and_a_cancelled_one_is_dropped():
 def test_close_answers_every_waiting_job_before_returning():
     run = Recorder()
     run.gate.clear()
-    b = batcher(run, max_batch_size=2, max_wait=5.0)  # without the drain they would wait 5 s for company
+    b = batcher(run, max_batch_size=2, max_wait=30.0)  # without the drain they would wait 30 s for company
     b.start()
     jobs = [job([f"r{i}"]) for i in range(5)]
     for j in jobs:
         b.submit(j)
     closer = threading.Thread(target=b.close)
+    started = time.monotonic()
     closer.start()
     run.gate.set()
     closer.join(10)
-    assert not b.alive
+    assert not b.alive and time.monotonic() - started < 5
     assert all(j.done.is_set() and j.answer["error"] is None for j in jobs)
