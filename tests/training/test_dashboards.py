@@ -228,8 +228,9 @@ def test_the_settings_go_to_each_dashboard_once(runs):
     shown = json.loads(text.tensor_proto.string_val[0].decode().strip("`\n"))
     assert (shown["mixture"], shown["optimizer"]["learning_rate"], shown["model"]["d_model"]) == (TASK, 1e-2, 32)
 
-    configs = [r["run"]["config"]["update"] for rs in wandb_records(run_dir) for r in rs if r["type"] == "run"]
-    updates = [r["config"]["update"] for rs in wandb_records(run_dir) for r in rs if r["type"] == "config"]
+    starts = wandb_records(run_dir)
+    configs = [r["run"]["config"]["update"] for rs in starts for r in rs if r["type"] == "run"]
+    updates = [r["config"]["update"] for rs in starts for r in rs if r["type"] == "config"]
     logged = [{k: v for k, v in c.items() if k != "_wandb"} for c in configs + updates]
     assert [c["optimizer"]["learning_rate"] for c in logged if c] == [1e-2]  # once, by the first start
 
@@ -286,8 +287,8 @@ def test_a_damaged_dashboard_run_file_is_one_sentence(tmp_path, monkeypatch):
         wandb_logger.WandbLogger(LoggedRun(tmp_path, start_step=3, train_steps=6))
 
 
-def test_tensorboard_writes_under_the_run_folder(tmp_path):
+def test_dashboards_plot_a_records_numbers_only(tmp_path):
     logger = tensorboard_logger.TensorBoardLogger(LoggedRun(tmp_path, start_step=0, train_steps=1))
-    logger.log({"step": 1, "loss": 0.5})
+    logger.log({"step": 1, "loss": 0.5, "best/step": 1, "note": "a string", "undefined": None})
     logger.close()
-    assert tensorboard_history(tmp_path) == {"loss": [(1, 0.5)]}
+    assert tensorboard_history(tmp_path) == {"loss": [(1, 0.5)], "best/step": [(1, 1.0)]}

@@ -51,6 +51,12 @@ def record_dashboard_run(path: Path, record: dict) -> None:
     durable.write_atomic(path, json.dumps(record, indent=2) + "\n")
 
 
+def scalars(record: dict) -> dict[str, float]:
+    """A logged record's values by name, less its step: the numbers a dashboard plots (NaN for undefined)."""
+    return {key: float(value) for key, value in record.items()
+            if key != "step" and isinstance(value, (int, float))}
+
+
 def flat_settings(settings: dict, prefix: str = "") -> dict[str, object]:
     """``{"optimizer": {"learning_rate": 1e-3}}`` as ``{"optimizer.learning_rate": 1e-3}``: the names ``--set``
     takes, for dashboards whose parameters are flat."""

@@ -22,6 +22,7 @@ from t2t.training.dashboards.base import (
     read_dashboard_run,
     record_dashboard_run,
     require_package,
+    scalars,
 )
 from t2t.training.loggers import LoggedRun, register_logger
 
@@ -82,8 +83,8 @@ class MlflowLogger(CheckpointedLogger):
                 self.client.log_batch(self.run_id, params=params[i:i + BATCH])
 
     def send(self, records: list[tuple[float, dict]]) -> None:
-        metrics = [self.entities.Metric(key, float(value), int(wall * 1000), record["step"])
-                   for wall, record in records for key, value in record.items() if key != "step"]
+        metrics = [self.entities.Metric(key, value, int(wall * 1000), record["step"])
+                   for wall, record in records for key, value in scalars(record).items()]
         for i in range(0, len(metrics), 10 * BATCH):
             self.client.log_batch(self.run_id, metrics=metrics[i:i + 10 * BATCH])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from t2t.training.dashboards.base import import_extra, require_package
+from t2t.training.dashboards.base import import_extra, require_package, scalars
 from t2t.training.loggers import LoggedRun, MetricsLogger, register_logger
 
 FOLDER = "tensorboard"
@@ -38,9 +38,8 @@ class TensorBoardLogger(MetricsLogger):
             self.writer.add_text("settings", text, global_step=self.start_step)
 
     def log(self, record: dict) -> None:
-        for key, value in record.items():
-            if key != "step":
-                self.writer.add_scalar(key, value, global_step=record["step"])
+        for key, value in scalars(record).items():
+            self.writer.add_scalar(key, value, global_step=record["step"])
 
     def flush(self) -> None:
         self.writer.flush()

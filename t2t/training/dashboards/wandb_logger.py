@@ -16,6 +16,7 @@ from t2t.training.dashboards.base import (
     read_dashboard_run,
     record_dashboard_run,
     require_package,
+    scalars,
 )
 from t2t.training.loggers import LoggedRun, register_logger
 
@@ -49,7 +50,7 @@ class WandbLogger(CheckpointedLogger):
 
     def send(self, records: list[tuple[float, dict]]) -> None:
         for _, record in records:
-            self.dashboard.log({k: v for k, v in record.items() if k != "step"}, step=record["step"], commit=True)
+            self.dashboard.log(scalars(record), step=record["step"], commit=True)
 
     def finish(self, complete: bool) -> None:
         self.dashboard.finish(exit_code=0 if complete else 1)
