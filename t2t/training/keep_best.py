@@ -112,6 +112,10 @@ class BestWatch:
                  evaluation: dict):
         self.keep_best, self.early_stopping, self.evaluation = keep_best, early_stopping, evaluation
         self.best = recorded_best(run_dir) if keep_best else None  # the run folder's record, or None
+        if self.best is not None and self.best.get("evaluation") != evaluation:
+            log.warning("the recorded best (step %d) was scored with %s and this run evaluates with %s: its values "
+                        "compare with the record only as far as those settings do", self.best["step"],
+                        self.best.get("evaluation"), evaluation)
         self.metric: str | None = None
         self.without_improvement = 0
         self.stopped_at: int | None = None
@@ -170,12 +174,14 @@ class BestWatch:
         return self.best if self.best is not None and self.best["step"] == step else None
 
     def stop_message(self) -> str:
+        """The one line that says the run stopped, and why."""
+        if self.best is None:
+            return (f"early stopping at step {self.stopped_at}: {self.metric} was undefined in "
+                    f"{self.without_improvement} evaluations; the run is done")
         return (f"early stopping at step {self.stopped_at}: {self.metric} did not beat its best by more than "
                 f"{self.early_stopping.min_delta:g} in {self.without_improvement} evaluations (best "
                 f"{self.best['value']:g} at step {self.best['step']}, kept as RUN:best); the run is done, and "
-                f"raising early_stopping.patience continues it" if self.best else
-                f"early stopping at step {self.stopped_at}: {self.metric} was undefined in "
-                f"{self.without_improvement} evaluations; the run is done")
+                f"raising early_stopping.patience continues it")
 
 
 def recorded_best(run_dir: Path) -> dict | None:

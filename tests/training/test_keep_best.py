@@ -101,6 +101,17 @@ def test_a_resumed_watch_compares_with_the_recorded_best_and_keeps_counting(tmp_
     assert w.record_for(6) is None and w.record_for(7) is None
 
 
+def test_a_resumed_watch_warns_when_the_recorded_best_was_scored_otherwise(tmp_path, caplog):
+    (tmp_path / checkpoint_name(4)).mkdir()
+    best_record.write_best(tmp_path, {"keep_best": "accuracy", "metric": RTE, "higher_is_better": True, "step": 4,
+                                      "value": 70.0, "evaluation": {"mixture": "rte", "max_examples": 64}})
+    with caplog.at_level(logging.WARNING, logger="t2t.training.keep_best"):
+        BestWatch(tmp_path, "accuracy", EarlyStoppingConfig(), {"mixture": "rte", "max_examples": 64})
+        assert not caplog.records
+        BestWatch(tmp_path, "accuracy", EarlyStoppingConfig(), {"mixture": "rte", "max_examples": 256})
+    assert "the recorded best (step 4) was scored with {'mixture': 'rte', 'max_examples': 64}" in caplog.text
+
+
 def test_a_resumed_watch_naming_another_metric_starts_afresh(tmp_path, caplog):
     (tmp_path / checkpoint_name(4)).mkdir()
     best_record.write_best(tmp_path, {"keep_best": "glue_average", "metric": "eval/glue_average",
