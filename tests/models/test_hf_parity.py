@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 transformers = pytest.importorskip(
     "transformers", reason="HF parity tests need transformers (pip install -e '.[hf]' or '.[test]')")
@@ -36,20 +37,42 @@ STYLES = {"t5_1_0": dict(feed_forward_proj="relu", tie_word_embeddings=True),
           "t5_1_1": dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)}
 
 
-def random_hf_model(style: str, seed: int = 0, eos_boost: float = 1.0, **overrides):
+def random_hf_model(style: str, seed: int = 0, **overrides):
     """A random transformers T5 in eval mode; T5 1.1 gets its own ``lm_head`` (transformers >= 5 would
     otherwise share the embedding's tensor)."""
     torch.manual_seed(seed)
     cfg = transformers.T5Config(**{**TINY, **overrides}, **STYLES[style], decoder_start_token_id=0, pad_token_id=0,
                                 eos_token_id=1)
     model = transformers.T5ForConditionalGeneration(cfg).eval()
-    with torch.no_grad():
-        if not STYLES[style]["tie_word_embeddings"]:
-            model.lm_head.weight = torch.nn.Parameter(torch.randn(VOCAB, TINY["d_model"]))
-            model.lm_head.weight[1] *= eos_boost
-        else:
-            model.shared.weight[1] *= eos_boost
+    if not STYLES[style]["tie_word_embeddings"]:
+        model.lm_head.weight = torch.nn.Parameter(torch.randn(VOCAB, TINY["d_model"]))
     return model
+
+
+def hf_greedy(hf, enc: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
+    """transformers' decode of ``enc`` (greedy unless ``kwargs`` say otherwise), without the start token."""
+    with torch.no_grad():
+        return hf.generate(input_ids=enc, attention_mask=(enc != 0).long(), max_new_tokens=max_new_tokens,
+                           do_sample=False, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+                           **{"num_beams": 1, **kwargs})[:, 1:]
+
+
+def with_likely_eos(hf, enc: torch.Tensor, max_new_tokens: int):
+    """``hf`` with its output row for EOS scaled until its greedy decodes of ``enc`` end at EOS on some rows
+    and run to ``max_new_tokens`` on others, so that a decoding test sees early stops and padding. The factor
+    is searched, not fixed: random models differ between transformers 4 and 5 (their initialisation), and a
+    factor that makes one stop makes the other never stop; a negative one serves where the decoder's states
+    point away from the row."""
+    row = hf.get_output_embeddings().weight[1]
+    original = row.detach().clone()
+    for factor in (1.0, 2.0, -2.0, 4.0, -4.0, 1.5, -1.5, 3.0, -3.0, 6.0, -6.0, 8.0, -8.0, 12.0, -12.0):
+        with torch.no_grad():
+            row.copy_(original * factor)
+        ids = hf_greedy(hf, enc, max_new_tokens)
+        stopped = (ids == 1).any(1)
+        if stopped.any() and not stopped.all():
+            return hf
+    raise AssertionError("no EOS factor gives both early stops and full-length decodes; change the seed")
 
 
 def batch(seed: int = 1, enc_len: int = 200, dec_len: int = 150):
@@ -135,27 +158,34 @@ def test_from_hf_sharded_safetensors(tmp_path):
     assert_same_logits(t2t_logits(model.eval(), enc, dec), hf_logits(hf, enc, dec), dec)
 
 
-@pytest.mark.parametrize("kind", kernels.KINDS)
-def test_from_hf_same_greedy_decodes_as_generate(tmp_path, style, kind):
-    # EOS often wins, so early stops and padding happen; 2+2 layers because transformers' generate cannot
-    # build its cache for fewer encoder than decoder layers (num_hidden_layers is the encoder's count)
-    hf = random_hf_model(style, seed=11, eos_boost=6.0, num_decoder_layers=2)
-    hf.save_pretrained(tmp_path / "hf")
-    model = kernels.apply(t2t.from_hf(tmp_path / "hf").eval(), kind)
-    g = torch.Generator().manual_seed(12)
-    enc = torch.randint(2, VOCAB, (6, 140), generator=g)
-    for row, length in enumerate((140, 100, 60, 20, 5, 1)):
-        enc[row, length:] = 0
-    with torch.no_grad():
-        ours = model.generate(enc, max_new_tokens=24)
-        theirs = hf.generate(input_ids=enc, attention_mask=(enc != 0).long(), max_new_tokens=24,
-                             do_sample=False, num_beams=1, decoder_start_token_id=0, pad_token_id=0,
-                             eos_token_id=1)[:, 1:]  # drop the start token
+def assert_same_ids(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """Equal decodes, the shorter one padded (0) to the longer one's width."""
     width = max(ours.shape[1], theirs.shape[1])
     ours = torch.nn.functional.pad(ours, (0, width - ours.shape[1]))
     theirs = torch.nn.functional.pad(theirs, (0, width - theirs.shape[1]))
     assert torch.equal(ours, theirs), f"\nours   {ours.tolist()}\ntheirs {theirs.tolist()}"
-    assert (theirs == 1).any(), "no row stopped at EOS; raise eos_boost so early stopping is tested"
+
+
+def padded_inputs(seed: int, rows_lengths=(140, 100, 60, 20, 5, 1)) -> torch.Tensor:
+    enc = torch.randint(2, VOCAB, (len(rows_lengths), max(rows_lengths)), generator=torch.Generator().manual_seed(seed))
+    for row, length in enumerate(rows_lengths):
+        enc[row, length:] = 0
+    return enc
+
+
+@pytest.mark.parametrize("kind", kernels.KINDS)
+def test_from_hf_same_greedy_decodes_as_generate(tmp_path, style, kind):
+    # EOS made likely, so early stops and padding happen; 2+2 layers because transformers' generate cannot
+    # build its cache for fewer encoder than decoder layers (num_hidden_layers is the encoder's count)
+    enc = padded_inputs(seed=12)
+    hf = with_likely_eos(random_hf_model(style, seed=11, num_decoder_layers=2), enc, 24)
+    hf.save_pretrained(tmp_path / "hf")
+    model = kernels.apply(t2t.from_hf(tmp_path / "hf").eval(), kind)
+    with torch.no_grad():
+        ours = model.generate(enc, max_new_tokens=24)
+    theirs = hf_greedy(hf, enc, 24)
+    assert_same_ids(ours, theirs)
+    assert (theirs == 1).any(1).any() and not (theirs == 1).any(1).all()
 
 
 def test_from_hf_hub_id_goes_through_snapshot_download(tmp_path, monkeypatch, style):
@@ -206,40 +236,58 @@ def test_hub_repo_with_only_pytorch_model_bin_is_downloaded_in_a_second_pass(tmp
 # to_hf
 
 
-# What save_pretrained writes (checked with transformers 4.46.3 and 5.23): model.safetensors holds
+# What save_pretrained writes of one model (checked with transformers 4.57.6 and 5.24.0): the weights hold
 # shared.weight, plus lm_head.weight when the output layer is a separate tensor. config.json differs:
-#   4.x: T5 1.1 has "tie_word_embeddings": false; T5 1.0 has no such key (true is PretrainedConfig's default
-#        and to_diff_dict leaves defaults out); there is no scale_decoder_outputs.
-#   5.x: "tie_word_embeddings": true for both, "scale_decoder_outputs": true (1.0) or false (1.1). A T5 1.1
-#        model created by 5.x ties lm_head to the embedding (unscaled), so only shared.weight is stored.
+#   4.x: tie_word_embeddings is written where it differs from the class's default (T5 and UMT5: true, mT5:
+#        false) or from PretrainedConfig's (true), so T5 1.0 has no such key and mT5 always has it; there is
+#        no scale_decoder_outputs.
+#   5.x: "tie_word_embeddings": true for every model; T5 and UMT5 keep the rescale in "scale_decoder_outputs",
+#        MT5 never rescales. A T5 1.1 model created by 5.x shares lm_head with the embedding (unscaled), so
+#        only shared.weight is stored.
 HF_CASES = [("t5_1_0", "4.x"), ("t5_1_1", "4.x"), ("t5_1_0", "5.x"), ("t5_1_1", "5.x"),
             ("t5_1_1_shared_head", "5.x")]
 
 
-def as_written_by(folder: Path, writer: str, style: str) -> None:
-    """Rewrite a config.json saved by the installed transformers (5.x) the way ``writer`` writes it."""
-    config = json.loads((folder / "config.json").read_text())
-    assert config["tie_word_embeddings"] is True and "scale_decoder_outputs" in config, "not a 5.x config"
-    if writer == "4.x":
-        del config["scale_decoder_outputs"]
-        config["transformers_version"] = "4.46.3"
-        if style == "t5_1_0":
-            del config["tie_word_embeddings"]
-        else:
-            config["tie_word_embeddings"] = False
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+def as_written_by(config: dict, writer: str, scaled: bool) -> dict:
+    """The config.json ``config`` of a model, as transformers ``writer`` ("4.x" or "5.x") writes that model;
+    ``scaled``: whether its output is rescaled by d_model**-0.5 (T5 1.0's tied output layer)."""
+    config = {k: v for k, v in config.items() if k not in ("tie_word_embeddings", "scale_decoder_outputs")}
+    mt5 = config["model_type"] == "mt5"
+    if writer == "5.x":
+        assert not (mt5 and scaled), "transformers 5's MT5 has no rescaled output layer"
+        config.update(tie_word_embeddings=True, transformers_version="5.24.0")
+        if not mt5:
+            config["scale_decoder_outputs"] = scaled
+    else:
+        config["transformers_version"] = "4.57.6"
+        if mt5 or not scaled:
+            config["tie_word_embeddings"] = scaled
+    return config
+
+
+def rewrite_config(folder: Path, writer: str, scaled: bool) -> None:
+    """Rewrite ``folder``'s config.json (saved by the installed transformers) as ``writer`` writes it."""
+    path = folder / "config.json"
+    path.write_text(json.dumps(as_written_by(json.loads(path.read_text()), writer, scaled), indent=2))
 
 
 def saved_hf_model(folder: Path, style: str, writer: str, seed: int):
-    """A random transformers T5 saved with save_pretrained in ``writer``'s format; returns the model."""
+    """A random transformers T5 saved with save_pretrained in ``writer``'s format; returns the model. The
+    shared-head style is what transformers 5 makes of a T5 1.1 config: the output layer is the embedding
+    (not rescaled), and the file has no lm_head.weight."""
     if style == "t5_1_1_shared_head":
         torch.manual_seed(seed)
         hf = transformers.T5ForConditionalGeneration(transformers.T5Config(**TINY, **STYLES["t5_1_1"])).eval()
-        assert hf.lm_head.weight is hf.shared.weight
+        hf.lm_head.weight = hf.shared.weight
+        hf.save_pretrained(folder)
+        state = read_safetensors(folder / "model.safetensors")
+        if "lm_head.weight" in state:
+            del state["lm_head.weight"]
+            save_file(state, str(folder / "model.safetensors"), {"format": "pt"})
     else:
         hf = random_hf_model(style, seed=seed)
-    hf.save_pretrained(folder)
-    as_written_by(folder, writer, style)
+        hf.save_pretrained(folder)
+    rewrite_config(folder, writer, scaled=style == "t5_1_0")
     return hf
 
 
@@ -276,7 +324,7 @@ def test_round_trip_t2t_to_transformers_to_t2t(tmp_path, style, writer):
     enc, dec = batch(seed=24)
     assert_same_logits(t2t_logits(model, enc, dec), hf_logits(loaded, enc, dec), dec)
     loaded.save_pretrained(tmp_path / "resaved")
-    as_written_by(tmp_path / "resaved", writer, style)
+    rewrite_config(tmp_path / "resaved", writer, scaled=style == "t5_1_0")
     again = t2t.from_hf(tmp_path / "resaved")
     assert again.config == model.config
     for (k, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
@@ -365,8 +413,6 @@ def test_folder_without_weights_or_config(tmp_path):
 
 
 def test_untied_output_layer_under_a_tied_config(tmp_path):
-    from safetensors.torch import save_file
-
     hf = random_hf_model("t5_1_0", seed=34)
     hf.save_pretrained(tmp_path / "hf")
     file = tmp_path / "hf" / "model.safetensors"
