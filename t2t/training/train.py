@@ -80,7 +80,7 @@ class TrainConfig:
     transfer: TransferConfig = field(default_factory=TransferConfig)  # adapters, freezing, unfreezing (§3.5.1)
     seed: int = 0                     # data order, initialisation and dropout masks
     log_every: int = 10               # log the loss every N steps
-    loggers: list[str] = field(default_factory=lambda: list(DEFAULT_LOGGERS))  # where records go: jsonl, console, plot (metrics.png), kinds --modules register
+    loggers: list[str] = field(default_factory=lambda: list(DEFAULT_LOGGERS))  # where records go: jsonl, console, plot (metrics.png), tensorboard, wandb, mlflow (docs/scale.md), kinds --modules register
     save_every: int = 1000            # save a checkpoint every N steps (and at the last)
     keep_checkpoints: int = 3         # newest checkpoints kept (older ones are deleted)
     verify_checkpoints: bool = True   # resume checks each file's sha256 (false: skip it, for very large models)
