@@ -292,3 +292,20 @@ def test_dashboards_plot_a_records_numbers_only(tmp_path):
     logger.log({"step": 1, "loss": 0.5, "best/step": 1, "note": "a string", "undefined": None})
     logger.close()
     assert tensorboard_history(tmp_path) == {"loss": [(1, 0.5)], "best/step": [(1, 1.0)]}
+
+
+def test_wandb_without_a_login_or_offline_mode_is_one_sentence(tmp_path, monkeypatch):
+    import wandb
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SERVICE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc key
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    wandb.teardown()  # W&B reads its environment once per process
+    try:
+        with pytest.raises(T2TError, match=r"^W&B could not start a run \(.*\); run `wandb login`, or set "
+                                           r"WANDB_MODE=offline to log under .*wandb and `wandb sync` it later\.$"):
+            wandb_logger.WandbLogger(LoggedRun(tmp_path, start_step=0, train_steps=6))
+    finally:
+        wandb.teardown()
+    assert not (tmp_path / wandb_logger.RUN_FILE).exists()
