@@ -158,10 +158,11 @@ def add_settings(parser: argparse.ArgumentParser, example: str, kind: str | None
 
 def resolve(cls, args: argparse.Namespace, flags: list[Flag], base: dict | None = None, kind: str = "recipes"):
     """Settings ``cls`` from ``base``, the ``--config`` files, the ``flags`` given and ``--set``; a ``checkpoint``
-    setting given as ``RUN:best`` becomes the step folder the run records as its best (checkpoint_path)."""
+    or ``init_from`` given as ``RUN:best`` becomes the step folder the run records as its best (checkpoint_path)."""
     settings = config.load(cls, args.config, args.overrides, base=base, given=given(args, flags), kind=kind)
-    if isinstance(getattr(settings, "checkpoint", None), str):
-        settings = dataclasses.replace(settings, checkpoint=checkpoint_path(settings.checkpoint))
+    for key in ("checkpoint", "init_from"):
+        if isinstance(getattr(settings, key, None), str):
+            settings = dataclasses.replace(settings, **{key: checkpoint_path(getattr(settings, key))})
     return settings
 
 

@@ -27,6 +27,7 @@ from t2t.checkpoints.hf import from_hf
 from t2t.checkpoints.loading import load_model
 from t2t.checkpoints.native import checkpoint_name, list_checkpoints
 from t2t.cli import eval_main, export_main, predict_main
+from t2t.cli import train as train_cli
 from t2t.data.task import TASKS
 from t2t.errors import T2TError
 from t2t.testing import tiny_vocabulary
@@ -245,12 +246,15 @@ def test_run_best_scores_exactly_what_training_recorded(stopped_run):
 
 
 @pytest.mark.integration
-def test_predict_and_export_take_run_best(stopped_run, tmp_path, capsys):
+def test_predict_export_and_init_from_take_run_best(stopped_run, tmp_path, capsys):
     folder, _ = stopped_run
     best = folder / checkpoint_name(best_record.read_best(folder)["step"])
     capsys.readouterr()
     assert predict_main(["--checkpoint", f"{folder}:best", "--print-config"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["checkpoint"] == str(best)
+    args = train_cli.parser().parse_args(["--task", TASK, "--init-from", f"{folder}:best",
+                                          "--output-dir", str(tmp_path / "next")])
+    assert train_cli.settings(args).init_from == str(best)
     assert export_main(["--checkpoint", f"{folder}:best", "--to", "hf", str(tmp_path / "hf")]) == 0
     exported = from_hf(str(tmp_path / "hf")).state_dict()
     kept, latest = load_model(best).state_dict(), load_model(folder).state_dict()
