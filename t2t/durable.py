@@ -111,6 +111,15 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
+def fsync_file(path: Path) -> None:
+    """Make a file another writer (a library) wrote durable before it is renamed into place."""
+    fd = os.open(path, os.O_RDONLY | NO_FOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (not supported everywhere: then a no-op)."""
     try:

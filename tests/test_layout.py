@@ -28,7 +28,7 @@ LAYERS = [
 # and most commands never need (datasets and huggingface_hub take seconds; matplotlib only draws plots;
 # torch.distributed's FSDP and checkpoint modules only under torchrun).
 ON_USE = {"transformers", "tokenizers", "msgpack", "datasets", "huggingface_hub", "matplotlib", "torch.distributed",
-          "peft", "tensorstore", "tensorflow"}
+          "peft", "tensorstore", "tensorflow", "pyarrow"}
 
 
 def module_name(path: Path) -> str:

@@ -11,7 +11,7 @@ from t2t.terminal import INTERRUPTED, defer_interrupts, report_interrupt
 
 COMMANDS = {"t2t-train": "train", "t2t-eval": "eval", "t2t-predict": "predict", "t2t-show": "show",
             "t2t-tasks": "tasks", "t2t-vocab": "vocab", "t2t-study": "study", "t2t-export": "export",
-            "t2t-serve": "serve"}
+            "t2t-serve": "serve", "t2t-cache": "cache"}
 
 
 def command_module(command: str):
@@ -42,6 +42,7 @@ vocab_main = entry_point("t2t-vocab")
 study_main = entry_point("t2t-study")
 export_main = entry_point("t2t-export")
 serve_main = entry_point("t2t-serve")
+cache_main = entry_point("t2t-cache")
 
 __all__ = ["train_main", "eval_main", "predict_main", "show_main", "tasks_main", "vocab_main", "study_main",
-           "export_main", "serve_main", "COMMANDS", "command_module"]
+           "export_main", "serve_main", "cache_main", "COMMANDS", "command_module"]

@@ -28,7 +28,7 @@ EXAMPLES = """\
 
 FLAGS = [Flag("checkpoint", required=True), Flag("split"), Flag("max_examples"), Flag("output_dir"),
          Flag("device"), Flag("skip_unavailable"), Flag("all_checkpoints"), Flag("rank_classification"),
-         Flag("trust_modules"), *DECODING_FLAGS, *LOCATION_FLAGS]
+         Flag("trust_modules"), Flag("cache_dir"), *DECODING_FLAGS, *LOCATION_FLAGS]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -40,7 +40,7 @@ EXAMPLES = """\
 FLAGS = [Flag("model.preset", name="--model"), Flag("init_from"), Flag("output_dir"), Flag("train_steps"),
          Flag("batch_size"), Flag("optimizer.learning_rate"), Flag("seed"), Flag("log_every"),
          Flag("save_every"), Flag("eval_every"), Flag("eval_mixture"), Flag("skip_unavailable"),
-         *LOCATION_FLAGS]
+         Flag("cache_dir"), *LOCATION_FLAGS]
 
 
 def parser() -> argparse.ArgumentParser:

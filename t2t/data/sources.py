@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import logging
 import os
@@ -87,6 +88,17 @@ class Source:
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def stamp(self, split: str, data_dir: PathLike | None = None) -> str:
+        """What ``split`` is read from, as text that changes when the data does: the description, and the
+        size and modification time of each local file the split is read from (t2t.data.cache compares it)."""
+        files = self.files_read(split, data_dir)
+        stats = [f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}" for path in files]
+        return "\n".join([self.describe(), str(resolve_data_dir(data_dir)), *stats])
+
+    def files_read(self, split: str, data_dir: PathLike | None = None) -> list[Path]:
+        """The local files ``split`` is read from (none for data from the hub or in memory)."""
+        return []
 
 
 # ------------------------------------------------------------------------------------------ Hugging Face
@@ -164,6 +176,10 @@ class DiskDataset(Source):
 
     def describe(self):
         return f"saved dataset {self.path}"
+
+    def files_read(self, split, data_dir=None):
+        path = _resolve(self.path, data_dir)
+        return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
 
 
 class DataFiles(Source):
@@ -245,6 +261,9 @@ class DataFiles(Source):
     def describe(self):
         shown = "; ".join(f"{s}: {', '.join(map(str, p))}" for s, p in self.files.items())
         return f"{self.format} files ({shown})"
+
+    def files_read(self, split, data_dir=None):
+        return [Path(p) for p in self.paths(split, data_dir)]
 
 
 _QUIET = {"depth": 0, "level": logging.NOTSET}  # loads in progress inside _datasets_log_quiet, on any thread
@@ -353,6 +372,9 @@ class InMemorySource(Source):
     def describe(self):
         return "in-memory examples"
 
+    def stamp(self, split, data_dir=None):
+        return f"in-memory examples {hashlib.sha256(repr(self.examples.get(split)).encode()).hexdigest()}"
+
 
 class GeneratorSource(Source):
     """Examples made by a Python function: ``fn(split) -> iterable of dicts`` (called afresh for each pass)."""
@@ -426,6 +448,9 @@ class LocalOrHub(Source):
 
     def describe(self):
         return f"{self.what} (local files under the data dir or {self.hub.describe()})"
+
+    def files_read(self, split, data_dir=None):
+        return self.local_paths(split, data_dir) or []
 
 
 def _resolve(path: Path, data_dir: PathLike | None) -> Path:

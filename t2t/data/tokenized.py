@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from t2t.data import cache
 from t2t.data.sources import resolve_data_dir
 from t2t.errors import T2TError
 
@@ -86,7 +87,11 @@ def _tokenize_chunk(task: TokenizableTask, chunk: list[dict], vocab, first: int 
 
 def iter_tokenized(task: TokenizableTask, split: str, vocab, data_dir=None,
                    sequence_length: Mapping[str, int] | None = None) -> Iterator[dict]:
-    """Tokenized examples in source order, through the task's tokenized (deterministic) stage; lazy."""
+    """Tokenized examples in source order, through the task's tokenized (deterministic) stage; lazy. Inside
+    ``t2t.data.cache.reading_cache`` they come from the preprocessed cache instead."""
+    cache_dir = cache.active_cache()
+    if cache_dir is not None:
+        return cache.cached_examples(task, split, vocab, data_dir, sequence_length, cache_dir)
 
     def tokenized() -> Iterator[dict]:
         chunk: list[dict] = []
@@ -113,7 +118,7 @@ def tokenized_split(task: TokenizableTask, split: str, vocab, data_dir=None,
                     sequence_length: Mapping[str, int] | None = None) -> list[dict]:
     """The whole split tokenized (cached; see the module docstring). Token ids carry no EOS yet."""
     lengths = tuple(sorted(sequence_length.items())) if (task.tokenized_preprocessors and sequence_length) else None
-    key = (id(task), split, vocab, str(resolve_data_dir(data_dir)), lengths)
+    key = (id(task), split, vocab, str(resolve_data_dir(data_dir)), lengths, cache.active_cache())
     if key not in _CACHE:
         rows = list(iter_tokenized(task, split, vocab, data_dir, sequence_length))
         if not rows:

@@ -36,6 +36,7 @@ from t2t import config, durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.loading import load_model, own_vocabulary
+from t2t.data.cache import reading_cache
 from t2t.data.task import Mixture, Task, get_task_or_mixture, load_modules, member_tasks
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
@@ -83,6 +84,7 @@ class EvalConfig(DecodingConfig):
     split: str = "validation"         # split to evaluate
     vocab: str | None = None          # .model, vocab.json or byte (default: the run's, $T2T_VOCAB, DATA_DIR/vocab, hub)
     data_dir: str | None = None       # root of local data copies (default: the run's, else $T2T_DATA_DIR)
+    cache_dir: str | None = None      # a t2t-cache folder to read tokenized examples from (t2t.data.cache)
     max_examples: int | None = None   # evaluate the first N examples of each task (default: all)
     output_dir: str | None = None     # results go to <output_dir>/<split>/; default RUN/eval (a run dir),
                                       # RUN/eval/step_X (one of its checkpoints), else <checkpoint>/eval
@@ -102,7 +104,13 @@ class EvalConfig(DecodingConfig):
 
 
 def evaluate(cfg: EvalConfig) -> dict[str, dict[str, float]]:
-    """Evaluate every task of ``cfg.mixture`` that has metrics; print a table, write results (t2t.evaluation.results)."""
+    """Evaluate every task of ``cfg.mixture`` that has metrics; print a table, write results (t2t.evaluation.results).
+    With ``cfg.cache_dir`` the tasks' tokenized examples come from that t2t-cache folder."""
+    with reading_cache(cfg.cache_dir):
+        return evaluate_tasks(cfg)
+
+
+def evaluate_tasks(cfg: EvalConfig) -> dict[str, dict[str, float]]:
     if not cfg.mixture:
         raise T2TError("no task or mixture given; pass --task NAME or --mixture NAME (see t2t-tasks).")
     if not cfg.checkpoint:

@@ -21,18 +21,18 @@ from typing import Literal
 import numpy as np
 import torch
 
-from t2t import config
-from t2t.checkpoints import durable
+from t2t import config, durable
 from t2t.checkpoints import native as checkpoint
 from t2t.checkpoints import run as run_lib
 from t2t.checkpoints.loading import load_model, own_vocabulary
+from t2t.data.cache import reading_cache
 from t2t.data.pipeline import TrainBatches, build_train_batches
 from t2t.data.prefetch import BatchesAhead
 from t2t.data.task import get_task_or_mixture, load_modules, sequence_length_for
 from t2t.data.vocab import load_vocabulary
 from t2t.errors import T2TError
 from t2t.evaluation.evaluate import validation_metrics
-from t2t.models import distributed, kernels
+from t2t.models import checkpointing, distributed, kernels
 from t2t.models.dropout import row_generators
 from t2t.models.flex import require_flex_attention
 from t2t.models.presets import COMPUTE_FIELDS
@@ -64,6 +64,7 @@ class TrainConfig:
     init_from: str | None = None      # our checkpoint or run dir, a Hugging Face T5 folder or hub id, a t5x checkpoint
     vocab: str | None = None          # SentencePiece .model, vocab.json or byte (resuming: the run's vocab.json)
     data_dir: str | None = None       # root of local data copies (default: $T2T_DATA_DIR)
+    cache_dir: str | None = None      # a t2t-cache folder to read tokenized examples from (t2t.data.cache)
     output_dir: str = "runs/t2t"      # the run folder; training again in it resumes
     modules: list[str] = field(default_factory=list)  # modules or .py files registering tasks (copied to the run)
     train_steps: int = 1000           # train until this step
@@ -94,6 +95,7 @@ class TrainConfig:
     mixing_maximum: float | None = None      # K of §3.5.2 for a mixture's examples-proportional rates (None: theirs)
     mixing_temperature: float | None = None  # T of §3.5.2 for the same rates (None: theirs, 1 in t5's mixtures)
     precision: Literal["fp32", "bf16"] = "fp32"   # bf16: autocast (CUDA; CPUs with AMX/AVX512-BF16)
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward pass: less memory, one more forward
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     threads: int = 0                  # CPU threads; 0: OMP_NUM_THREADS or all cores (t2t-study divides them)
     parallelism: Literal["ddp", "fsdp"] = "ddp"   # under torchrun with several processes
@@ -153,7 +155,8 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules:
                        f"pass its run folder to resume that run, or another --output-dir (--init-from the "
                        f"checkpoint starts a new run from it).")
     # one writer per output dir (the main process writes everything in it)
-    with durable.lock_output_dir(Path(cfg.output_dir)) if distributed.is_main() else contextlib.nullcontext():
+    with (durable.lock_output_dir(Path(cfg.output_dir)) if distributed.is_main() else contextlib.nullcontext(),
+          reading_cache(cfg.cache_dir)):
         return train_in_output_dir(cfg, allow_changed_settings, trust_modules)
 
 
@@ -274,6 +277,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
         raise T2TError(f"lm_loss_weight (GPT's auxiliary LM loss over the inputs) needs a decoder_only or prefix_lm "
                        f"model, not {model.config.architecture}; set it to 0 or change model.architecture.")
     trainable = prepare_transfer(model, cfg.transfer, cfg.train_steps)
+    checkpointing.enable(model, cfg.activation_checkpointing)
     trained_only = None
     if cfg.transfer.save_trained_only:  # the base is the checkpoint the parent's weights came from
         trained_only = (trainable.trained_names(), checkpoint.base_reference(parent or cfg.init_from, resumed_from))
