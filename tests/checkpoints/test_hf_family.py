@@ -22,7 +22,6 @@ transformers = pytest.importorskip(
 
 from test_hf_parity import (  # noqa: E402
     TINY,
-    VOCAB,
     as_written_by,
     assert_same_ids,
     assert_same_logits,
@@ -112,7 +111,7 @@ def random_hf(family: Family, seed: int, **config):
     hf = model_class(config_class(**{**FAMILY_TINY, **family.layout, **config}, decoder_start_token_id=0,
                                   pad_token_id=0, eos_token_id=1)).eval()
     if not config.get("tie_word_embeddings", family.layout["tie_word_embeddings"]):
-        hf.lm_head.weight = torch.nn.Parameter(torch.randn(VOCAB, FAMILY_TINY["d_model"]))
+        hf.lm_head.weight = torch.nn.Parameter(torch.randn(hf.config.vocab_size, hf.config.d_model))
     return hf
 
 
@@ -267,3 +266,72 @@ def test_a_published_size_converts_both_ways(tmp_path, family):
     hf.save_pretrained(tmp_path / "resaved")
     del hf, model
     assert_same_logits(t2t_logits(t2t.from_hf(tmp_path / "resaved"), enc, dec), expected, dec)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# fine-tuning Flan-T5: t2t-train --init-from
+
+
+INIT_TASK = "test_hf_family_flan_init"
+SENTIMENT = [{"inputs": f"sentiment: {text}", "targets": label}
+             for text, label in [("the film was wonderful", "positive"), ("the ending felt rushed", "negative")] * 4]
+
+
+def train_from(init_from: str, out: Path, *flags: str) -> int:
+    """``t2t-train --init-from init_from`` for two steps of a tiny in-memory task."""
+    from t2t.cli import train_main
+    from t2t.testing import in_memory_task, temporarily_registered
+
+    with temporarily_registered(in_memory_task(INIT_TASK, {"train": SENTIMENT})):
+        return train_main(["--task", INIT_TASK, "--init-from", init_from, "--output-dir", str(out),
+                           "--train-steps", "2", "--batch-size", "4", "--set", "input_length=16",
+                           "--set", "target_length=4", *flags])
+
+
+@pytest.mark.integration
+def test_t2t_train_init_from_a_local_flan_t5_folder(tmp_path, capsys):
+    """The README's Flan-T5 fine-tuning offline: a Flan-T5-shaped folder as save_pretrained writes it, with its
+    spiece.model, trains; the run's model is the folder's (frozen weights unchanged, layout kept) and its
+    vocabulary is the folder's."""
+    from t2t.checkpoints.loading import load_model
+    from t2t.checkpoints.run import find_run
+    from t2t.data.vocab import load_vocabulary
+    from t2t.testing import tiny_vocabulary
+
+    vocab = tiny_vocabulary()
+    folder = save(random_hf(FAMILIES["flan_t5"], seed=70, vocab_size=512), tmp_path / "flan-t5-tiny",
+                  FAMILIES["flan_t5"].hub_keys)
+    (folder / "spiece.model").write_bytes(Path(vocab.path).read_bytes())
+    assert train_from(str(folder), tmp_path / "run", "--set", "transfer.freeze=[encoder.*]") == 0, \
+        capsys.readouterr().err
+    trained, start = load_model(tmp_path / "run"), t2t.from_hf(folder)
+    assert trained.config.feed_forward_proj == "gated-gelu" and trained.lm_head is not None
+    assert (trained.config.vocab_size, trained.config.d_model) == (512, FAMILY_TINY["d_model"])
+    before, after = start.state_dict(), trained.state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in before if k.startswith("encoder."))
+    assert not torch.equal(after["lm_head.weight"], before["lm_head.weight"])  # it trained
+    run_vocab = load_vocabulary(find_run(tmp_path / "run").vocab)
+    assert run_vocab.encode("the film was wonderful") == vocab.encode("the film was wonderful")
+
+
+@pytest.mark.parametrize("init_from, needle", [
+    ("google/flan-t5-base", "the Hugging Face hub is unreachable (HF_HUB_OFFLINE is set)"),
+    ("./models/flan-t5-base", "does not exist; check the path"),
+])
+def test_t2t_train_init_from_flan_t5_offline_is_one_sentence(tmp_path, monkeypatch, capsys, init_from, needle):
+    """The README's ``--init-from google/flan-t5-base`` with the hub out of reach, and a local folder that is
+    not there: exit 2 and one line saying why."""
+    import huggingface_hub
+    from huggingface_hub import errors as hub_errors
+
+    from t2t.testing import tiny_vocabulary
+
+    def offline(repo_id, **kwargs):
+        raise hub_errors.LocalEntryNotFoundError("outgoing traffic has been disabled")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    assert train_from(init_from, tmp_path / "run", "--vocab", str(tiny_vocabulary().path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and init_from in err and len(err.splitlines()) == 1, err
