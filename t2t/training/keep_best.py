@@ -50,6 +50,19 @@ class EarlyStoppingConfig:
         config.check(self, non_negative=("patience", "min_delta"))
 
 
+def check_keep_best_settings(keep_best: str | None, early_stopping: EarlyStoppingConfig, eval_every: int) -> None:
+    """``keep_best`` needs evaluations, and a patience needs ``keep_best``'s metric. Checked when training starts,
+    once a resumed run's own settings are merged in (``t2t-train --output-dir RUN --set early_stopping.patience=6``
+    resumes with the run's keep_best and eval_every), not where the settings are built."""
+    if (keep_best or early_stopping.patience) and not eval_every:
+        name = "keep_best" if keep_best else "early_stopping.patience"
+        raise T2TError(f"{name} is set but eval_every is 0, so training evaluates nothing; set --eval-every N "
+                       f"(steps between evaluations) or leave {name} out.")
+    if early_stopping.patience and not keep_best:
+        raise T2TError("early_stopping.patience counts evaluations in which the metric keep_best names did not "
+                       "improve, and keep_best is not set; set --set keep_best=<metric> (e.g. accuracy).")
+
+
 def higher_is_better(metric: str) -> bool:
     """Whether a larger value of logged metric ``metric`` is better (see the module's rules)."""
     return not metric.endswith(LOWER_IS_BETTER)

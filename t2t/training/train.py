@@ -39,7 +39,14 @@ from t2t.models.presets import COMPUTE_FIELDS
 from t2t.models.t5 import T5, ModelConfig, resolve_model_config
 from t2t.terminal import raise_if_interrupted
 from t2t.training import dashboards  # noqa: F401 (registers the tensorboard, wandb and mlflow loggers)
-from t2t.training.keep_best import WATCH_STATE, BestWatch, EarlyStoppingConfig, check_keep_best, stopped_early
+from t2t.training.keep_best import (
+    WATCH_STATE,
+    BestWatch,
+    EarlyStoppingConfig,
+    check_keep_best,
+    check_keep_best_settings,
+    stopped_early,
+)
 from t2t.training.loggers import (
     DEFAULT_LOGGERS,
     METRICS_FILE,
@@ -114,14 +121,10 @@ class TrainConfig:
         if not self.output_dir.strip():
             raise T2TError("output_dir is empty, which would write the run into the working directory; pass "
                            "--output-dir RUN.")
-        unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size", "keep_best",
-                                     "early_stopping"))
+        unread = config.given(self, ("eval_mixture", "eval_max_examples", "eval_batch_size"))
         if unread and not self.eval_every:
             raise T2TError(f"{unread[0]} is set but eval_every is 0, so training evaluates nothing; set "
                            f"--eval-every N (steps between evaluations) or leave {unread[0]} out.")
-        if self.early_stopping.patience and not self.keep_best:
-            raise T2TError("early_stopping.patience counts evaluations in which the metric keep_best names did not "
-                           "improve, and keep_best is not set; set --set keep_best=<metric> (e.g. accuracy).")
 
 
 def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules: bool = False) -> list[dict]:
@@ -137,6 +140,7 @@ def train(cfg: TrainConfig, allow_changed_settings: bool = False, trust_modules:
         hint = (f"; {cfg.output_dir} holds checkpoints without recorded settings ({checkpoint.SETTINGS_FILE}), so "
                 f"resuming needs the run's own settings again" if recorded is not None else "")
         raise T2TError(f"no task or mixture given{hint}; pass --mixture NAME or --task NAME (see t2t-tasks).")
+    check_keep_best_settings(cfg.keep_best, cfg.early_stopping, cfg.eval_every)
     if cfg.batch_size % (cfg.grad_accum_steps * distributed.world_size()):
         raise T2TError(f"batch size {cfg.batch_size} is not divisible by grad_accum_steps × processes "
                        f"({cfg.grad_accum_steps} × {distributed.world_size()}); choose a multiple.")

@@ -26,12 +26,13 @@ from t2t.checkpoints import best as best_record
 from t2t.checkpoints.hf import from_hf
 from t2t.checkpoints.loading import load_model
 from t2t.checkpoints.native import checkpoint_name, list_checkpoints
-from t2t.cli import eval_main, export_main, predict_main
+from t2t.cli import eval_main, export_main, predict_main, train_main
 from t2t.cli import train as train_cli
 from t2t.data.task import TASKS
 from t2t.errors import T2TError
 from t2t.testing import tiny_vocabulary
 from t2t.training.keep_best import BestWatch, EarlyStoppingConfig, check_keep_best, find_metric, higher_is_better
+from t2t.training.progress import read_metrics
 from t2t.training.train import TrainConfig, train
 
 TASK = "test_keep_best_copy"
@@ -159,12 +160,21 @@ def test_what_an_evaluation_cannot_report_is_refused_before_training():
 
 @pytest.mark.parametrize("settings, message", [
     (dict(keep_best="accuracy"), r"keep_best is set but eval_every is 0"),
+    (dict(early_stopping={"patience": 3}), r"early_stopping.patience is set but eval_every is 0"),
     (dict(eval_every=2, early_stopping={"patience": 3}), r"keep_best is not set; set --set keep_best=<metric>"),
-    (dict(eval_every=2, keep_best="accuracy", early_stopping={"patience": -1}), r"early_stopping.patience"),
 ])
-def test_settings_that_cannot_work_are_refused(settings, message):
+def test_settings_that_cannot_work_are_refused_when_training_starts(settings, message, tmp_path):
+    """Not where the settings are built: t2t-train --output-dir RUN --set early_stopping.patience=N builds them
+    once without the run's own (its keep_best, its eval_every) to find the run."""
     with pytest.raises(T2TError, match=message):
-        config.from_dict(TrainConfig, {"mixture": "rte", **settings})
+        train(config.from_dict(TrainConfig, {"mixture": "rte", "output_dir": str(tmp_path / "run"), **settings}))
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_a_negative_patience_or_min_delta_is_refused():
+    for field in ("patience", "min_delta"):
+        with pytest.raises(T2TError, match=rf"early_stopping.{field}"):
+            config.from_dict(TrainConfig, {"mixture": "rte", "early_stopping": {field: -1}})
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -266,12 +276,14 @@ def test_predict_export_and_init_from_take_run_best(stopped_run, tmp_path, capsy
 def test_a_stopped_run_is_done_until_its_patience_is_raised(stopped_run, tmp_path, caplog):
     folder, records = stopped_run
     with caplog.at_level(logging.INFO, logger="t2t.training.train"):
-        again = train(in_memory_settings(folder))
-    assert again == records and "stopped early" in caplog.text and "nothing to train" in caplog.text
+        assert train_main(["--output-dir", str(folder)]) == 0  # the same command again: nothing to train
+    assert read_metrics(folder / "metrics.jsonl") == records
+    assert "stopped early" in caplog.text and "nothing to train" in caplog.text
     copy = tmp_path / "run"
     shutil.copytree(folder, copy)
     before = best_record.read_best(copy)
-    resumed = train(in_memory_settings(copy, early_stopping={"patience": 3}))
+    assert train_main(["--output-dir", str(copy), "--set", "early_stopping.patience=3"]) == 0
+    resumed = read_metrics(copy / "metrics.jsonl")
     new = resumed[len(records):]
     assert new[0]["step"] == records[-1]["step"] + 1  # continues where it stopped
     after = best_record.read_best(copy)
