@@ -14,6 +14,7 @@ it took for pure. ``t2t.models.kernels`` swaps in a cheaper mask of the same kin
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Callable, TypeVar
 
 import torch
@@ -36,6 +37,19 @@ class RowSeeds:
             self.generators[kind] = [make(seed) for seed in self.seeds]
         return self.generators[kind]
 
+    def copy(self) -> "RowSeeds":
+        """The same seeds with copies of the generators in their present states: drawing from the copy draws
+        what the next draws from this one will."""
+        copied = RowSeeds(self.seeds)
+        copied.generators = {kind: [_copy_generator(g) for g in gens] for kind, gens in self.generators.items()}
+        return copied
+
+
+def _copy_generator(generator):
+    if isinstance(generator, torch.Generator):
+        return generator.clone_state()
+    return copy.deepcopy(generator)  # numpy's bit generators (t2t.models.kernels)
+
 
 _active: RowSeeds | None = None
 
@@ -44,12 +58,36 @@ _active: RowSeeds | None = None
 def row_generators(seeds: list[int]):
     """Inside: dropout masks of a batch of ``len(seeds)`` rows draw row ``b`` from a generator seeded with
     ``seeds[b]``."""
+    with _activated(RowSeeds(seeds)):
+        yield
+
+
+@contextlib.contextmanager
+def _activated(rows: RowSeeds):
     global _active
-    outer, _active = _active, RowSeeds(seeds)
+    outer, _active = _active, rows
     try:
         yield
     finally:
         _active = outer
+
+
+def replay_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """``torch.utils.checkpoint``'s ``context_fn`` for a region that draws dropout masks: (around its forward,
+    around its recomputation in the backward pass). The recomputation draws the masks the forward drew: its
+    generators are copies of the active ones at the region's start (masks depend on nothing else: the count
+    of draws a generator made before is its state), active again even though the backward pass runs after
+    ``row_generators`` ended. Outside ``row_generators`` (CUDA, inference) dropout draws from torch's generator,
+    whose state checkpoint itself saves and restores (``preserve_rng_state``)."""
+    if _active is None:
+        return contextlib.nullcontext(), contextlib.nullcontext()
+    return contextlib.nullcontext(), _replaying(_active.copy())
+
+
+@contextlib.contextmanager
+def _replaying(start: RowSeeds):
+    with _activated(start.copy()):  # copied on entry: a second recomputation replays the same draws
+        yield
 
 
 def active_row_generators(kind: str, make: Callable[[int], Generator]) -> list[Generator] | None:

@@ -48,6 +48,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from t2t.errors import T2TError
 from t2t.models import decoding, kernels
+from t2t.models.checkpointing import checkpointed
 from t2t.models.dropout import Dropout
 from t2t.models.flex import FlexBias, flex_attention_of, flex_bias, require_flex_attention
 from t2t.models.lora import add_lora, weight_of
@@ -375,10 +376,15 @@ class Stack(nn.Module):
         step reads them: SDPA on the CPU reads the heads-transposed layout about twice as slowly in bf16."""
         return [tuple(t.contiguous() for t in b.cross_attn.keys_values(enc)) for b in self.blocks]
 
+    checkpoint_blocks = False  # recompute each block's activations in the backward pass (t2t.models.checkpointing)
+
     def forward(self, x, self_bias, enc=None, cross_bias=None):
         x = self.dropout(x)
         for block in self.blocks:
-            x = block(x, self_bias, enc, cross_bias)
+            if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
+                x = checkpointed(block, x, self_bias, enc, cross_bias)
+            else:
+                x = block(x, self_bias, enc, cross_bias)
         return self.dropout(self.final_layer_norm(x))
 
 
