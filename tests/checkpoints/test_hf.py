@@ -114,3 +114,54 @@ def test_a_hub_models_own_vocabulary_is_its_spiece_model_alone(monkeypatch, tmp_
     assert own_vocabulary("./runs/missing") is None
     assert asked == [("owner/model", "spiece.model"), ("owner/no-vocab", "spiece.model"),
                      ("owner/no-vocab", "tokenizer_config.json"), ("owner/no-vocab", "config.json")]
+
+
+# What transformers 4.57.6 and 5.24.0 write into config.json for each model type and tie_word_embeddings
+# argument (None: left at the default), and whether that version then rescales the decoder output by
+# d_model**-0.5 when it loads the file. t2t must rescale exactly where the writing version does.
+WRITTEN = [
+    # version, model_type, tie argument, config keys written, rescaled
+    ("4.57.6", "t5", None, {}, True),
+    ("4.57.6", "t5", False, {"tie_word_embeddings": False}, False),
+    ("4.57.6", "umt5", None, {}, True),
+    ("4.57.6", "umt5", False, {"tie_word_embeddings": False}, False),
+    ("4.57.6", "mt5", None, {"tie_word_embeddings": False}, False),
+    ("4.57.6", "mt5", True, {"tie_word_embeddings": True}, True),
+    ("5.24.0", "t5", None, {"tie_word_embeddings": True, "scale_decoder_outputs": True}, True),
+    ("5.24.0", "t5", False, {"tie_word_embeddings": True, "scale_decoder_outputs": False}, False),
+    ("5.24.0", "umt5", False, {"tie_word_embeddings": True, "scale_decoder_outputs": False}, False),
+    ("5.24.0", "mt5", None, {"tie_word_embeddings": True}, False),
+    ("5.24.0", "mt5", True, {"tie_word_embeddings": True}, False),
+    (None, "mt5", None, {}, False),  # a hand-written config: transformers 4's defaults
+]
+
+
+@pytest.mark.parametrize("version,model_type,tie,written,rescaled", WRITTEN)
+def test_the_output_rescale_is_the_writing_versions(version, model_type, tie, written, rescaled):
+    from t2t.checkpoints.hf import model_config_from_hf, rescales_output
+
+    config = {"model_type": model_type, **written, **({"transformers_version": version} if version else {})}
+    assert rescales_output(config, model_type) is rescaled
+    assert model_config_from_hf(config).tie_word_embeddings is rescaled  # t2t's tie is T5 1.0's rescaled pair
+
+
+@pytest.mark.parametrize("config,expected", [
+    ({"model_type": "umt5"}, "umt5"),
+    ({"architectures": ["UMT5ForConditionalGeneration"]}, "umt5"),
+    ({"architectures": ["MT5ForConditionalGeneration"]}, "mt5"),
+    ({"model_type": "t5", "architectures": ["MT5ForConditionalGeneration"]}, "t5"),
+])
+def test_the_model_type_is_the_configs_or_its_architectures(config, expected):
+    from t2t.checkpoints.hf import hf_model_type, model_config_from_hf
+
+    assert hf_model_type(config) == expected
+    assert model_config_from_hf(config).relative_attention_per_layer is (expected == "umt5")
+
+
+def test_a_config_naming_no_t5_model_is_one_sentence(tmp_path):
+    from t2t.checkpoints.hf import model_config_from_hf
+
+    with pytest.raises(T2TError) as e:
+        model_config_from_hf({"architectures": ["BartForConditionalGeneration"]}, tmp_path / "config.json")
+    assert str(e.value) == (f"{tmp_path / 'config.json'} describes a None model, but t2t converts only T5 models "
+                            f"(model_type 't5', 'mt5' or 'umt5').")
