@@ -31,7 +31,8 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
 UNIT=(tests/test_config.py tests/models/test_model.py tests/models/test_flex_attention.py tests/data/test_vocab.py
       tests/data/test_preprocessors.py tests/data/test_features.py)
-HF=(tests/models/test_hf_parity.py tests/checkpoints/test_hf.py tests/checkpoints/test_export.py)
+HF=(tests/models/test_hf_parity.py tests/checkpoints/test_hf.py tests/checkpoints/test_hf_family.py
+    tests/checkpoints/test_export.py)
 PROCESSES=(tests/training/test_train.py::test_two_processes_match_one tests/training/test_adafactor_sharded.py)
 
 # name: python version, torch requirement, t2t's extras, further requirements

@@ -241,9 +241,13 @@ def test_to_hf_refuses_a_model_type_that_cannot_hold_the_model(tmp_path, layout,
 
 
 def test_presets_are_the_published_configurations():
-    """Each preset is what from_hf makes of the configuration published for that model."""
+    """Each preset is what from_hf makes of the configuration published for that model, and builds (on the
+    meta device: shapes without memory) with one position-bias table per layer exactly for UMT5."""
     for name, published in PUBLISHED.items():
         assert resolve_model_config(name) == hf_lib.model_config_from_hf(published), name
+        model = T5.from_config(name, device="meta")
+        heads = model.config.num_heads * (model.config.num_layers if name.startswith("umt5") else 1)
+        assert model.encoder.relative_attention_bias.weight.shape == (32, heads), name
     shipped = {p.stem for p in (Path(__file__).parents[2] / "configs" / "models").glob("*.yaml")}
     assert {n for n in shipped if n.startswith(("mt5-", "umt5-", "flan-t5-"))} <= set(PUBLISHED)
 
