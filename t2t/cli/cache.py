@@ -8,6 +8,7 @@ import time
 
 from t2t.cli.common import add_locations, new_parser, run_cli
 from t2t.data import cache
+from t2t.data.sources import DataNotFoundError
 from t2t.data.task import load_modules, member_tasks, sequence_length_for
 from t2t.data.tokenized import iter_tokenized
 from t2t.data.vocab import load_vocabulary
@@ -34,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--input-length", type=int, help="inputs length for tasks with a tokenized stage "
                                                     "(default: the task's T5 lengths, as t2t-train)")
     p.add_argument("--target-length", type=int, help="targets length for tasks with a tokenized stage")
+    p.add_argument("--skip-unavailable", action="store_true",
+                   help="leave out tasks whose data is missing, with a warning, as t2t-train does")
     add_locations(p)
     return p
 
@@ -46,10 +49,19 @@ def cache_main(argv=None) -> int:
     lengths = sequence_length_for(args.name, args.input_length, args.target_length)
     for task in member_tasks(args.name):
         for split in args.splits or [s for s in ("train", "validation") if s in task.source.splits]:
-            started = time.perf_counter()
-            made_from = cache.fingerprint(task, split, vocab, args.data_dir, lengths)
-            examples = iter_tokenized(task, split, vocab, args.data_dir, lengths)
-            count = cache.write_shard(task, split, examples, made_from, args.output, args.num_shards, args.shard)
-            print(f"{task.name} {split}: shard {args.shard + 1} of {args.num_shards}, {count:,} examples "
-                  f"({time.perf_counter() - started:.1f} s)", flush=True)
+            try:
+                write(args, task, split, vocab, lengths)
+            except DataNotFoundError as e:
+                if not args.skip_unavailable:
+                    raise
+                print(f"skipping {task.name} {split}: its data is unavailable ({e})", flush=True)
     return 0
+
+
+def write(args, task, split: str, vocab, lengths: dict[str, int]) -> None:
+    started = time.perf_counter()
+    made_from = cache.fingerprint(task, split, vocab, args.data_dir, lengths)
+    examples = iter_tokenized(task, split, vocab, args.data_dir, lengths)
+    count = cache.write_shard(task, split, examples, made_from, args.output, args.num_shards, args.shard)
+    print(f"{task.name} {split}: shard {args.shard + 1} of {args.num_shards}, {count:,} examples "
+          f"({time.perf_counter() - started:.1f} s)", flush=True)

@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 
 from t2t import durable
+from t2t.data.sources import DataNotFoundError
 from t2t.errors import T2TError
 
 log = logging.getLogger(__name__)
@@ -196,12 +197,8 @@ def _encoded(example: dict, keys: list[str], task) -> dict:
 def cached_examples(task, split: str, vocab, data_dir, sequence_length, cache_dir: Path) -> Iterator[dict]:
     """The task's tokenized ``split`` from the cache in ``cache_dir``, in source order (checked first)."""
     folder = cache_dir / task.name / split
-    manifest = folder / MANIFEST
-    fix = (f"t2t-cache --task {task.name} --split {split} --output {cache_dir}")
-    if not manifest.is_file():
-        raise T2TError(f"split {split!r} of task {task.name!r} is not in the cache {cache_dir}; write it with "
-                       f"{fix}, or leave out --cache-dir.")
-    recorded = _read_json(manifest)
+    fix = require_cached(task, split, cache_dir)
+    recorded = _read_json(folder / MANIFEST)
     why = _changed(recorded, fingerprint(task, split, vocab, data_dir, sequence_length))
     if why:
         raise T2TError(f"the cache {folder} is stale: {why}; write it again with {fix} (after deleting "
@@ -209,6 +206,16 @@ def cached_examples(task, split: str, vocab, data_dir, sequence_length, cache_di
     num_shards = int(recorded.get("num_shards", 0))
     paths = [_checked_shard(folder, shard_name(i, num_shards), fix) for i in range(num_shards)]
     return _interleaved([_rows(path, task) for path in paths])
+
+
+def require_cached(task, split: str, cache_dir: Path) -> str:
+    """The command that writes the task's ``split`` into ``cache_dir``; a DataNotFoundError (what
+    ``--skip-unavailable`` skips) if the cache has no such split."""
+    fix = f"t2t-cache --task {task.name} --split {split} --output {cache_dir}"
+    if not (cache_dir / task.name / split / MANIFEST).is_file():
+        raise DataNotFoundError(f"split {split!r} of task {task.name!r} is not in the cache {cache_dir}; write it "
+                                f"with {fix}, or leave out --cache-dir.")
+    return fix
 
 
 def _checked_shard(folder: Path, name: str, fix: str) -> Path:

@@ -27,6 +27,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
+from t2t.data import cache
 from t2t.data.features import Packer, get_converter
 from t2t.data.mixing import MixtureSampler, buffer_rng, draw_rng, epoch_permutation, shuffled_in_buffer
 from t2t.data.sources import DataNotFoundError
@@ -292,6 +293,8 @@ class TrainBatches:
                     continue
                 task.check_split(self.split)
                 iter(task.source.load(self.split, data_dir))  # opens the data (local check or hub load)
+                if cache.active_cache() is not None:
+                    cache.require_cached(task, self.split, cache.active_cache())
                 present.append(task)
                 rates[task.name] = value
             except DataNotFoundError as e:
