@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import sentencepiece as spm
 
+from t2t import durable
 from t2t.data.sources import resolve_data_dir
 from t2t.errors import T2TError
 from t2t.registry import Registry
@@ -577,11 +578,8 @@ def write_vocabulary_files(model: bytes, model_prefix: str | os.PathLike) -> Pat
     temporary = {path: path.with_name(f".{path.name}.{os.getpid()}.tmp") for path in files}
     try:
         for path, data in files.items():
-            temporary[path].unlink(missing_ok=True)
-            with open(temporary[path], "xb") as f:  # "x": a new file, never through a link left at that name
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            temporary[path].unlink(missing_ok=True)  # ours: a link left at that name goes, not what it names
+            durable.write_file(temporary[path], data)
         for path, tmp in temporary.items():
             os.replace(tmp, path)
     except OSError as e:
