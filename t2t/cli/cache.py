@@ -47,8 +47,12 @@ def cache_main(argv=None) -> int:
     load_modules(args.modules)
     vocab = load_vocabulary(args.vocab, data_dir=args.data_dir)
     lengths = sequence_length_for(args.name, args.input_length, args.target_length)
-    for task in member_tasks(args.name):
-        for split in args.splits or [s for s in ("train", "validation") if s in task.source.splits]:
+    tasks = member_tasks(args.name)
+    for task in tasks:
+        for split in args.splits or [s for s in ("train", "validation") if s in task.splits]:
+            if len(tasks) > 1 and task.splits and split not in task.splits:
+                print(f"skipping {task.name} {split}: it has no such split (evaluation-only tasks)", flush=True)
+                continue
             try:
                 write(args, task, split, vocab, lengths)
             except DataNotFoundError as e:
