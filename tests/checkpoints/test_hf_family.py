@@ -339,3 +339,8 @@ def test_t2t_train_init_from_flan_t5_offline_is_one_sentence(tmp_path, monkeypat
     assert train_from(init_from, tmp_path / "run", "--vocab", str(tiny_vocabulary().path)) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and init_from in err and len(err.splitlines()) == 1, err
+
+
+def test_flex_attention_refuses_a_position_bias_per_layer():
+    with pytest.raises(T2TError, match=r"relative_attention_per_layer \(UMT5\) runs with model.attention=sdpa"):
+        T5(ModelConfig(**FAMILY_TINY, relative_attention_per_layer=True, attention="flex"))
