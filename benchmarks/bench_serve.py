@@ -143,14 +143,21 @@ async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None
     latencies, statuses, answers = [], {}, {}
     stop = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    transport_errors = []
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        async def send(body: bytes) -> httpx.Response:
+            return await client.post("/v1/predict", content=body, headers={"content-type": "application/json"})
+
         async def one_client():
             while queue and time.monotonic() < stop:
                 i = queue.pop()
                 body = bodies[i][0]
                 started = time.perf_counter()
-                response = await client.post("/v1/predict", content=body,
-                                             headers={"content-type": "application/json"})
+                try:
+                    response = await send(body)
+                except httpx.TransportError as e:  # counted, and sent once more on a new connection
+                    transport_errors.append(type(e).__name__)
+                    response = await send(body)
                 latencies.append(time.perf_counter() - started)
                 statuses[i] = response.status_code
                 answers[i] = response.json()
@@ -160,14 +167,17 @@ async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None
             while not done.is_set():
                 rss.append(server.memory_info().rss / 2**20)
                 await asyncio.sleep(0.5)
-        cpu_before, load_before = sum(server.cpu_times()[:2]), os.getloadavg()[0]
+        cpu_before, load_before, metrics_before = sum(server.cpu_times()[:2]), os.getloadavg()[0], server_metrics(url)
         sampler = asyncio.create_task(sample_rss())
         started = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(clients)))
         wall = time.perf_counter() - started
         done.set()
         await sampler
-    return {"wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers, "rss_mib": rss,
+    metrics = server_metrics(url)
+    batches = metrics["t2t_serve_batch_size_count"] - metrics_before["t2t_serve_batch_size_count"]
+    rows = metrics["t2t_serve_batch_size_sum"] - metrics_before["t2t_serve_batch_size_sum"]
+    return {"transport_errors": transport_errors, "batches": batches, "mean_batch_size": rows / max(batches, 1),"wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers, "rss_mib": rss,
             "server_cpu_seconds": sum(server.cpu_times()[:2]) - cpu_before,
             "load_average": [load_before, os.getloadavg()[0]]}
 
@@ -183,7 +193,7 @@ def check(bodies, result, expected: dict) -> dict:
         else:
             ok = status == bad_status and set(result["answers"][i]) == {"error"}
             refused_right, refused_wrong = refused_right + ok, refused_wrong + (not ok)
-    return {"sent": len(result["statuses"]), "good_answered_as_t2t_predict": right, "good_wrong": wrong,
+    return {"sent": len(result["statuses"]), "transport_errors_retried": len(result["transport_errors"]), "good_answered_as_t2t_predict": right, "good_wrong": wrong,
             "malformed_refused_4xx": refused_right, "malformed_wrong": refused_wrong}
 
 
@@ -261,14 +271,16 @@ def main() -> None:
                        "seconds": throughput["wall"], "examples_per_second": served,
                        "ratio_to_offline": served / reference["examples_per_second"],
                        "server_cpu_seconds_per_example": throughput["server_cpu_seconds"] / len(throughput["statuses"]),
-                       "load_average": throughput["load_average"],
+                       "load_average": throughput["load_average"], "batches": throughput["batches"],
+                       "mean_batch_size": throughput["mean_batch_size"],
                        **percentiles(throughput["latencies"]), **check([good(t) for t in inputs], throughput, expected)},
         "load": {"clients": args.clients, "seconds": load["wall"], **percentiles(load["latencies"]),
                  **check(load_bodies, load, expected),
                  "requests_per_second": len(load["statuses"]) / load["wall"], "load_average": load["load_average"],
+                 "batches": load["batches"], "mean_batch_size": load["mean_batch_size"],
                  "rss_mib": rss_quarters(load["rss_mib"]), "alive_after": alive},
-        "server": {"mean_batch_size": metrics.get("t2t_serve_batch_size_sum", 0) / max(batches, 1),
-                   "batches": batches, "exit_code_after_sigterm": exit_code},
+        "server": {"batches": batches, "generated_tokens": metrics.get("t2t_serve_generated_tokens_total"),
+                   "exit_code_after_sigterm": exit_code},
     }
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"serve-{args.name}.json"

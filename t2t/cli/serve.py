@@ -30,7 +30,7 @@ EXAMPLES = """\
 
 SERVER_FLAGS = [Flag("host"), Flag("port"), Flag("batch_size", name="--max-batch-size"), Flag("max_wait_ms"),
                 Flag("max_queue"), Flag("timeout"), Flag("max_inputs"), Flag("max_input_chars"),
-                Flag("max_request_length"), Flag("max_beam_size"), Flag("threads")]
+                Flag("max_request_length"), Flag("max_beam_size"), Flag("threads"), Flag("keep_alive")]
 FLAGS = [Flag("checkpoint", required=True), Flag("task"), Flag("device"), Flag("trust_modules"),
          *[flag for flag in DECODING_FLAGS if flag.key != "batch_size"], *LOCATION_FLAGS, *SERVER_FLAGS]
 

@@ -160,7 +160,7 @@ def run_server(service: Service) -> None:
     sock = listen(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(create_app(service), log_level="info", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=max(cfg.timeout, 1) + 5)
+                            timeout_keep_alive=cfg.keep_alive, timeout_graceful_shutdown=max(cfg.timeout, 1) + 5)
     print(f"t2t-serve: listening on http://{host}:{port} (POST /v1/predict, /v1/score; GET /healthz, /readyz, "
           f"/metrics)", flush=True)
     DrainingServer(config, service).run(sockets=[sock])

@@ -25,12 +25,13 @@ class ServeConfig(PredictConfig):
     max_request_length: int = 512     # most tokens a request may ask to decode (its max_length)
     max_beam_size: int = 8            # most beams a request may ask for (its beam_size)
     threads: int = 0                  # CPU threads; 0: OMP_NUM_THREADS or all cores
+    keep_alive: float = 75.0          # seconds an idle connection stays open: longer than a load balancer's (60)
 
     def __post_init__(self):
         super().__post_init__()
         config.check(self, positive=("max_queue", "timeout", "max_inputs", "max_input_chars", "max_request_length",
                                      "max_beam_size"),
-                     non_negative=("port", "max_wait_ms", "threads"))
+                     non_negative=("port", "max_wait_ms", "threads", "keep_alive"))
 
     @property
     def max_body_bytes(self) -> int:
