@@ -103,7 +103,6 @@ class TrainConfig:
     mixing_temperature: float | None = None  # T of §3.5.2 for the same rates (None: theirs, 1 in t5's mixtures)
     precision: Literal["fp32", "bf16"] = "fp32"   # bf16: autocast (CUDA; CPUs with AMX/AVX512-BF16)
     activation_checkpointing: bool = False  # recompute each block's activations in the backward pass: less memory, one more forward
-    activation_checkpointing: bool = False  # recompute each block's activations in the backward pass: less memory, one more forward
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     threads: int = 0                  # CPU threads; 0: OMP_NUM_THREADS or all cores (t2t-study divides them)
     parallelism: Literal["ddp", "fsdp"] = "ddp"   # under torchrun with several processes
@@ -282,7 +281,6 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
         raise T2TError(f"lm_loss_weight (GPT's auxiliary LM loss over the inputs) needs a decoder_only or prefix_lm "
                        f"model, not {model.config.architecture}; set it to 0 or change model.architecture.")
     trainable = prepare_transfer(model, cfg.transfer, cfg.train_steps)
-    checkpointing.enable(model, cfg.activation_checkpointing)
     checkpointing.enable(model, cfg.activation_checkpointing)
     trained_only = None
     if cfg.transfer.save_trained_only:  # the base is the checkpoint the parent's weights came from
