@@ -20,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from t2t.errors import T2TError, error_summary
 from t2t.evaluation.evaluate import DecodingConfig
 from t2t.evaluation.predict import Predictor, example_text, prediction_task, reference_examples, run_settings
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 
 WARM_UP_INPUT = "warm up"  # decoded once at start, so the first request does not pay for lazy set-up
 RETRY_AFTER_SECONDS = 1
+# Rows are padded to a multiple of this many tokens (``bucketed``). Measured: random batches of SST-2 inputs
+# took a t5-tiny server's RSS from 0.5 to 1.3 GB without it, to 0.64 GB with it (benchmarks/results/serve-*).
+LENGTH_BUCKET = 16
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,10 @@ class Service:
     def run_batch(self, key: BatchKey, rows: list) -> list:
         """One batch on the worker thread: decoded strings, or scores."""
         if key.kind == "score":
-            return self.predictor.score([inputs for inputs, _ in rows], [targets for _, targets in rows])
+            return self.predictor.score([bucketed(inputs) for inputs, _ in rows],
+                                        [bucketed(targets) for _, targets in rows])
+        if key.alone is None:  # a sampled request keeps t2t-predict's batches, which its draws depend on
+            rows = [bucketed(row) for row in rows]
         decoding = DecodingConfig(batch_size=self.cfg.batch_size, beam_size=key.beam_size,
                                   temperature=key.temperature, top_k=key.top_k, seed=key.seed,
                                   max_length=key.max_length, compile=self.cfg.compile)
@@ -156,6 +164,13 @@ class Service:
         texts, tokens = self.predictor.decode(rows, decoding, desc="serve")
         self.metrics.observe_tokens(tokens, time.perf_counter() - started)
         return texts
+
+
+def bucketed(row: np.ndarray) -> np.ndarray:
+    """``row`` with padding (0) up to a multiple of ``LENGTH_BUCKET`` tokens. The model masks it as it masks a
+    batch's padding, so the outputs do not change (tests/serve), and the kernels see a few lengths instead of
+    every one: caches that keep a kernel per shape (oneDNN's) stop growing after the first batches."""
+    return np.pad(row, (0, -len(row) % LENGTH_BUCKET))
 
 
 def row_length(row) -> int:

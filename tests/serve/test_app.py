@@ -5,6 +5,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 pytest.importorskip("starlette", reason="t2t-serve needs the serve extra: pip install 't2t[serve]'")
@@ -18,7 +19,8 @@ from t2t.serve.settings import ServeConfig  # noqa: E402
 
 
 class StandIn:
-    """A Predictor's surface: rows are the input strings; decoding upper-cases them (after ``gate`` opens)."""
+    """A Predictor's surface: rows are the inputs' characters (0 pads); decoding upper-cases them once ``gate``
+    opens, and ``started`` and ``batches`` record the rows of each batch as strings."""
     max_new_tokens = 8
 
     def __init__(self):
@@ -29,21 +31,26 @@ class StandIn:
     def encode(self, texts, task):
         if any("explode" in text for text in texts):
             raise ValueError("a bug in tokenization")
-        return list(texts)
+        return [np.array([ord(c) for c in text]) for text in texts]
 
     def encode_targets(self, texts):
-        return list(texts)
+        return self.encode(texts, None)
 
     def decode(self, rows, decoding, desc="predict"):
-        self.started.extend(rows)
+        texts = [text_of(row) for row in rows]
+        self.started.extend(texts)
         self.gate.wait(10)
-        self.batches.append(list(rows))
-        if "fail" in rows:
+        self.batches.append(texts)
+        if "fail" in texts:
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore lines")
-        return [row.upper() for row in rows], len(rows)
+        return [text.upper() for text in texts], len(rows)
 
     def score(self, inputs, targets):
-        return [float(len(i) - len(t)) for i, t in zip(inputs, targets)]
+        return [float(np.count_nonzero(i) - np.count_nonzero(t)) for i, t in zip(inputs, targets)]
+
+
+def text_of(row) -> str:
+    return "".join(chr(c) for c in row if c)
 
 
 def client(**settings):

@@ -23,7 +23,7 @@ from t2t.cli import predict_main  # noqa: E402
 from t2t.errors import T2TError  # noqa: E402
 from t2t.evaluation.evaluate import DecodingConfig  # noqa: E402
 from t2t.evaluation.predict import PredictConfig, Predictor, run_settings  # noqa: E402
-from t2t.serve.service import load_service  # noqa: E402
+from t2t.serve.service import bucketed, load_service  # noqa: E402
 from t2t.serve.settings import ServeConfig  # noqa: E402
 from t2t.testing import tiny_vocabulary  # noqa: E402
 from t2t.training.train import TrainConfig, train  # noqa: E402
@@ -198,9 +198,9 @@ def test_bad_requests_are_4xx_in_one_sentence_and_the_server_goes_on(server, bod
 
 
 def test_greedy_and_beam_outputs_do_not_depend_on_the_batch(trained_run, one_thread):
-    """Padding and neighbours change nothing: each input decoded alone, in length-sorted batches of 32 and in
-    batches of 7 of the reversed order gives the same string (the encoder masks padding by token; rows never
-    mix)."""
+    """Padding and neighbours change nothing: each input decoded alone, in length-sorted batches of 32, in
+    batches of 7 of the reversed order, and padded to the server's length buckets gives the same string (the
+    encoder masks padding by token; rows never mix)."""
     predictor = Predictor.load(run_settings(PredictConfig(checkpoint=str(trained_run))))
     words = " ".join(SENTENCES).split()
     rng = random.Random(0)
@@ -211,7 +211,8 @@ def test_greedy_and_beam_outputs_do_not_depend_on_the_batch(trained_run, one_thr
         together, _ = predictor.decode(rows, decoding)
         reversed_in_sevens, _ = predictor.decode(rows[::-1], DecodingConfig(batch_size=7, beam_size=beam_size,
                                                                             max_length=16))
-        assert together == alone and reversed_in_sevens[::-1] == alone
+        padded, _ = predictor.decode([bucketed(row) for row in rows], decoding)  # as the server pads them
+        assert together == alone and reversed_in_sevens[::-1] == alone and padded == alone
         assert len(set(alone)) > 8  # different inputs, different strings: the check compares something
 
 
