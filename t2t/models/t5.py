@@ -112,6 +112,28 @@ def _clamp_fp16(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+# fp16 feed-forward outputs are computed this many times smaller, then scaled back in fp32 (``out_projection``)
+FP16_OUT_SCALE = 2.0 ** -5
+
+
+def out_projection(wo: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """``wo(h)``, the feed-forward's output projection; in fp16, kept from overflowing.
+
+    T5's feed-forward outputs exceed fp16's 65,504 (fp16 NaNs are the T5 problem users report most to
+    transformers). nai-t5 (NovelAI's T5: docs/float16.md, checkpoint_info.py) found it in t5-v1.1 small, xl and
+    xxl, where every other product stayed in range, and scales those projections' weights down by hand-picked
+    powers of two (at most 1/8 in all, t5-v1.1-xl) into an fp32 residual stream. The same here with one fixed
+    power of two, 1/32: ``h`` is scaled (exact; only entries below 2e-3 lose bits, into fp16's subnormals),
+    the product stays in range, and the scale is undone in fp32. Under autocast the result stays fp32, for the
+    fp32 residual stream (nai-t5's "float32 residual"); a model with fp16 weights gets fp16 back, which
+    ``_clamp_fp16`` keeps finite as transformers' ``clamp_value`` does. In the backward pass the gradient into
+    the product is 32 times larger, which the fp16 loss scale absorbs (``t2t.training.precision``)."""
+    if h.dtype != torch.float16:
+        return wo(h)
+    y = wo(h * FP16_OUT_SCALE).float() / FP16_OUT_SCALE
+    return y if torch.is_autocast_enabled(h.device.type) else y.to(h.dtype)
+
+
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype attention will run in: the autocast dtype when autocast is on for x's device."""
     if torch.is_autocast_enabled(x.device.type):
@@ -247,7 +269,7 @@ class FeedForward(nn.Module):
             h = F.gelu(self.wi_0(h), approximate="tanh") * self.wi_1(h)  # gelu_new
         else:
             h = self.relu(self.wi(h))
-        h = self.wo(self.dropout(h))
+        h = out_projection(self.wo, self.dropout(h))
         if self.adapter is not None:
             h = self.adapter(h)
         return x + self.dropout(h)

@@ -56,6 +56,7 @@ from t2t.training.loggers import (
     open_loggers,
 )
 from t2t.training.optim import OptimizerConfig, build_optimizer, build_scheduler
+from t2t.training.precision import LossScaling, autocast, check_fp16
 from t2t.training.progress import LogWindow, read_metrics
 from t2t.training.transfer import TrainableSchedule, TransferConfig, describe_trainable, prepare_transfer
 
@@ -101,7 +102,7 @@ class TrainConfig:
     skip_unavailable: bool = False    # drop mixture members whose data is missing (with a warning)
     mixing_maximum: float | None = None      # K of §3.5.2 for a mixture's examples-proportional rates (None: theirs)
     mixing_temperature: float | None = None  # T of §3.5.2 for the same rates (None: theirs, 1 in t5's mixtures)
-    precision: Literal["fp32", "bf16"] = "fp32"   # bf16: autocast (CUDA; CPUs with AMX/AVX512-BF16)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast; bf16: CUDA, CPUs with AMX/AVX512-BF16; fp16: with loss scaling, GPUs without bf16
     activation_checkpointing: bool = False  # recompute each block's activations in the backward pass: less memory, one more forward
     device: str = "auto"              # auto, cpu, cuda or cuda:N
     threads: int = 0                  # CPU threads; 0: OMP_NUM_THREADS or all cores (t2t-study divides them)
@@ -209,6 +210,10 @@ class Trainer:
     device: torch.device
     watch: BestWatch                # keep_best and early_stopping
     step: int = 0
+    scaling: LossScaling = field(init=False)  # fp16's loss scale (a pass-through in other precisions)
+
+    def __post_init__(self):
+        self.scaling = LossScaling(self.cfg.precision, self.device)
 
     @property
     def model(self) -> T5:
@@ -280,6 +285,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, model: T5, vocab, device: tor
     if cfg.lm_loss_weight and model.config.has_encoder:
         raise T2TError(f"lm_loss_weight (GPT's auxiliary LM loss over the inputs) needs a decoder_only or prefix_lm "
                        f"model, not {model.config.architecture}; set it to 0 or change model.architecture.")
+    check_fp16(cfg.precision, cfg.parallelism)
     trainable = prepare_transfer(model, cfg.transfer, cfg.train_steps)
     checkpointing.enable(model, cfg.activation_checkpointing)
     trained_only = None
@@ -342,6 +348,7 @@ def resume_state(trainer: Trainer, latest: Path, allow_changed_settings: bool) -
         load_optimizer_state(run_lib.open_run(latest), cfg, trainer.objective, trainer.optimizer, latest)
         restore_schedule(trainer.scheduler, state["scheduler"], cfg.optimizer.learning_rate)
         trainer.batches.load_state_dict(state["data"])
+        trainer.scaling.load_checkpoint_state(state)
         trainer.step = int(state["step"])
         trainer.watch.resume(state.get(WATCH_STATE))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
@@ -382,7 +389,7 @@ def run_steps(trainer: Trainer, evaluator, loggers: list[MetricsLogger]) -> None
         micro_batches = split_rows(batch, trainer.batches.global_rows(), cfg.grad_accum_steps)
         started = time.perf_counter()
         loss, tokens = train_step(trainer.objective, micro_batches, trainer.optimizer, cfg, trainer.device,
-                                  trainer.step)
+                                  trainer.step, trainer.scaling)
         if compiling:  # logged once, and left out of the window's tokens/s
             compiling, seconds = False, time.perf_counter() - started
             log.info("compiled the training step: its first call took %.1f s", seconds)
@@ -400,7 +407,7 @@ def run_steps(trainer: Trainer, evaluator, loggers: list[MetricsLogger]) -> None
         save_now = step % cfg.save_every == 0 or last
         if step % cfg.log_every == 0 or evaluate_now or last:
             record = {"step": step, "loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
-                      **window.rates()}
+                      **window.rates(), **trainer.scaling.record()}
             if evaluate_now:
                 record.update(evaluator(trainer.model))
                 record.update(trainer.watch.observe(step, record))
@@ -431,7 +438,7 @@ def diverged(trainer: Trainer, what: str) -> T2TError:
     latest = checkpoint.latest_checkpoint(trainer.run_dir)
     good = (f"the last good checkpoint is {latest} (to resume from it with a lower rate, pass "
             f"--allow-changed-settings)" if latest is not None else "no checkpoint was saved")
-    bf16 = ", or train in fp32" if trainer.cfg.precision == "bf16" else ""
+    bf16 = ", or train in fp32" if trainer.cfg.precision in ("bf16", "fp16") else ""
     return T2TError(f"training diverged at step {trainer.step}: {what}, so nothing of it was saved; {good}; "
                     f"lower optimizer.learning_rate (now {trainer.cfg.optimizer.learning_rate:g}){bf16}.")
 
@@ -572,14 +579,15 @@ def split_rows(batch: dict, rows: list[int], parts: int) -> list[tuple[dict, lis
 
 def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[int]]],
                optimizer: torch.optim.Optimizer, cfg: TrainConfig, device: torch.device,
-               step: int) -> tuple[float, int]:
+               step: int, scaling: LossScaling) -> tuple[float, int]:
     """One optimizer step over ``micro_batches`` (each with its rows' global indices); returns (mean loss per
     target token, tokens seen).
 
     The loss is the token-sum over the *global* batch divided by its number of target tokens, so it is
     the same with 1 process or N (gradients are averaged over processes, hence the ``world_size``). The
     dropout masks of a row are a function of (seed, step, its global row index) on the CPU, so they too are
-    the same with 1 process or N and with any gradient accumulation.
+    the same with 1 process or N and with any gradient accumulation. In fp16 ``scaling`` scales the loss, and
+    skips the update of a step whose gradients overflowed.
     """
     objective.train()
     torch.manual_seed(distributed.step_seed(cfg.seed, step))  # dropout on CUDA: a function of the step
@@ -590,14 +598,15 @@ def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[
     for i, (batch, rows) in enumerate(micro_batches):
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         last = i == len(micro_batches) - 1
-        with (distributed.maybe_no_sync(objective, last), kernels.autocast(cfg.precision, device),
+        with (distributed.maybe_no_sync(objective, last), autocast(cfg.precision, device),
               row_generators(distributed.row_seeds(cfg.seed, step, rows)), kernels.many_graphs(cfg.compile)):
             batch_loss = objective(batch)
-        (batch_loss * scale).backward()
+        scaling.backward(batch_loss * scale)
         loss_sums.append(batch_loss.detach())
     if cfg.optimizer.grad_clip_norm > 0:
+        scaling.unscale(optimizer)
         torch.nn.utils.clip_grad_norm_(objective.parameters(), cfg.optimizer.grad_clip_norm)
-    optimizer.step()
+    scaling.step(optimizer, step)
     optimizer.zero_grad(set_to_none=True)
     # read back once, after the step is launched: on a GPU the host queues the optimizer during the backward pass
     loss_sum = float(sum(loss.double() for loss in loss_sums))
@@ -649,6 +658,7 @@ def save_checkpoint(trainer: Trainer) -> None:
             model_state = {k: v for k, v in (model_state or model.state_dict()).items() if k in names}
         state = {"step": trainer.step, "scheduler": trainer.scheduler.state_dict(), "data": data_state,
                  "data_fingerprint": trainer.data_fingerprint, WATCH_STATE: trainer.watch.state_dict()}
+        state.update(trainer.scaling.checkpoint_state())
         checkpoint.save_checkpoint(trainer.run_dir, trainer.step, model, model_state=model_state,
                                    optimizer_state=optimizer_state, trainer_state=state,
                                    settings=resolved_settings(trainer.settings, model),
