@@ -1,17 +1,21 @@
-"""How far bf16 logits stray from fp32 logits: t2t against transformers' T5 on the same weights and inputs.
+"""How far bf16 and fp16 logits stray from fp32 logits: t2t against transformers' T5 on the same weights and inputs.
 
 Run by hand (never a test):   python benchmarks/bench_precision.py [--device cpu|cuda] [--out FILE]
 
 For a random t5-small (T5 1.0) and a random t5.1.1-small (T5 1.1) built by transformers, copied into t2t
 through the real key map, the script computes teacher-forced logits on the same random batch (8 × 128→32)
-in fp32 and in bf16, and reports quantiles (50% … 99.99%) of |bf16 logit − fp32 logit| over every logit, each
-model against its own fp32 logits (which agree with each other to ~1e-5). The bf16 variants:
-  t2t autocast      t2t's ``precision: bf16``: fp32 weights, bf16 autocast; layer norms, the softmax of
-                    the loss and the position bias stay fp32
+in fp32, bf16 and fp16, and reports quantiles (50% … 99.99%) of |low-precision logit − fp32 logit| over
+every logit, each model against its own fp32 logits (which agree with each other to ~1e-5). The variants, for
+each of bf16 and fp16:
+  t2t autocast      t2t's ``precision: bf16`` / ``fp16``: fp32 weights, autocast; layer norms, the softmax of
+                    the loss, the position bias and the residual stream stay fp32 (fp16: the feed-forward
+                    output computed at 1/32 scale, ``t2t.models.t5.out_projection``)
   hf autocast       transformers' T5 under the same autocast
-  hf bf16 weights   transformers' T5 loaded in bf16 (``torch_dtype=torch.bfloat16``), as most users run it
+  hf weights        transformers' T5 cast to bf16 / fp16 (``torch_dtype=...``), as most users run it
+                    (fp16: cast whole, with its clamping of fp16 hidden states; ``from_pretrained`` would
+                    keep ``wo`` in fp32)
 The table (and --out JSON) is what nai-t5 publishes for its own bf16 path; the claim checked is that t2t's
-bf16 is no worse than transformers' at every quantile.
+autocast is no worse than transformers' at every quantile, in both precisions.
 """
 
 from __future__ import annotations
@@ -52,9 +56,12 @@ def batch(device: str, B: int = 8, S: int = 128, T: int = 32):
     return enc.to(device), dec.to(device)
 
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 @torch.no_grad()
-def logits(model, kind: str, enc, dec, autocast: bool) -> torch.Tensor:
-    with torch.autocast(enc.device.type, dtype=torch.bfloat16, enabled=autocast):
+def logits(model, kind: str, enc, dec, autocast: torch.dtype | None) -> torch.Tensor:
+    with torch.autocast(enc.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
         if kind == "hf":
             out = model(input_ids=enc, attention_mask=(enc != 0).long(), decoder_input_ids=dec).logits
         else:
@@ -71,11 +78,14 @@ def quantiles(diff: torch.Tensor) -> dict:
 def measure(name: str, shape: dict, device: str) -> dict:
     hf, ours = models(shape, device)
     enc, dec = batch(device)
-    ref_hf, ref_ours = logits(hf, "hf", enc, dec, False), logits(ours, "t2t", enc, dec, False)
-    rows = {"fp32 t2t vs fp32 hf": quantiles((ref_ours - ref_hf).abs()),
-            "t2t autocast": quantiles((logits(ours, "t2t", enc, dec, True) - ref_ours).abs()),
-            "hf autocast": quantiles((logits(hf, "hf", enc, dec, True) - ref_hf).abs())}
-    rows["hf bf16 weights"] = quantiles((logits(hf.to(torch.bfloat16), "hf", enc, dec, False) - ref_hf).abs())
+    ref_hf, ref_ours = logits(hf, "hf", enc, dec, None), logits(ours, "t2t", enc, dec, None)
+    rows = {"fp32 t2t vs fp32 hf": quantiles((ref_ours - ref_hf).abs())}
+    for low, dtype in DTYPES.items():
+        rows[f"t2t {low} autocast"] = quantiles((logits(ours, "t2t", enc, dec, dtype) - ref_ours).abs())
+        rows[f"hf {low} autocast"] = quantiles((logits(hf, "hf", enc, dec, dtype) - ref_hf).abs())
+    for low, dtype in DTYPES.items():
+        hf_low = models(shape, device)[0].to(dtype)
+        rows[f"hf {low} weights"] = quantiles((logits(hf_low, "hf", enc, dec, None) - ref_hf).abs())
     return {"model": name, "logit_scale (fp32 |logit| median)": float(ref_hf.abs().median()), "abs_error": rows}
 
 
@@ -98,10 +108,11 @@ def main() -> None:
     results = [measure(name, shape, args.device) for name, shape in SHAPES.items()]
     print(table(results))
     for r in results:
-        ours, theirs = r["abs_error"]["t2t autocast"], r["abs_error"]["hf autocast"]
-        worse = [q for q in ours if ours[q] > theirs[q] * 1.05]
-        print(f"{r['model']}: t2t bf16 {'no worse than' if not worse else 'WORSE than'} transformers' autocast"
-              + (f" at {', '.join(worse)}" if worse else ""))
+        for name in DTYPES:
+            ours, theirs = r["abs_error"][f"t2t {name} autocast"], r["abs_error"][f"hf {name} autocast"]
+            worse = [q for q in ours if ours[q] > theirs[q] * 1.05]
+            print(f"{r['model']}: t2t {name} {'no worse than' if not worse else 'WORSE than'} transformers' "
+                  f"autocast" + (f" at {', '.join(worse)}" if worse else ""))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"device": args.device, "torch": torch.__version__, "results": results}, indent=2))
 
