@@ -4,9 +4,10 @@ fp16 (``precision: fp16``) is for GPUs without bf16 (V100, T4). Weights, optimiz
 stream stay fp32; autocast runs the products in fp16. fp16's range ends at 65,504, so a loss scaled up keeps
 small gradients from flushing to zero, and torch's ``GradScaler`` picks the scale as it goes (Micikevicius et
 al. 2018, "Mixed Precision Training", §3.2): a step whose gradients overflow is skipped, no update, and the
-scale halves; after 2,000 steps without overflow it doubles. It starts at 2^11 (see ``LossScaling``). A skipped step is still a step: its batch is
-consumed and the schedule moves on, so a run's data and dropout masks stay functions of the step. The scaler's
-state is part of the checkpoint, so a resumed run skips the steps the uninterrupted run skips.
+scale halves; after 2,000 steps without overflow it doubles. It starts at 2^11 (see ``LossScaling``). A
+skipped step is still a step: its batch is consumed and the schedule moves on, so a run's data and dropout
+masks stay functions of the step. The scaler's state is part of the checkpoint, so a resumed run skips the
+steps the uninterrupted run skips.
 
 The forward pass's own fp16 overflows (T5's feed-forward outputs) are handled in the network, see
 ``t2t.models.t5.out_projection`` and docs/scale.md.
