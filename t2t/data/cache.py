@@ -22,6 +22,7 @@ import contextlib
 import functools
 import hashlib
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -122,6 +123,8 @@ def write_shard(task, split: str, examples: Iterable[dict], made_from: dict, cac
     if not 0 <= shard < num_shards:
         raise T2TError(f"--shard {shard} is not one of the {num_shards} shards (0 … {num_shards - 1}); pass "
                        f"--shard between 0 and --num-shards - 1.")
+    examples = iter(examples)
+    first = next(examples, None)  # reads the source: missing data is told before anything is written
     folder = Path(cache_dir) / task.name / split
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,8 @@ def write_shard(task, split: str, examples: Iterable[dict], made_from: dict, cac
         raise durable.write_error(e, f"the cache folder {folder}") from None
     _claim(folder, made_from, num_shards)
     name = shard_name(shard, num_shards)
-    mine = (example for i, example in enumerate(examples) if i % num_shards == shard)
+    everything = itertools.chain([] if first is None else [first], examples)
+    mine = (example for i, example in enumerate(everything) if i % num_shards == shard)
     count = _write_parquet(folder / f"{name}.parquet", mine, task)
     record = {"examples": count, "sha256": durable.sha256_of(folder / f"{name}.parquet")}
     durable.write_atomic(folder / f"{name}.json", json.dumps(record))
@@ -233,12 +237,19 @@ def _rows(path: Path, task) -> Iterator[dict]:
     import pyarrow.parquet as pq
     keys = list(task.output_features)
     for batch in pq.ParquetFile(str(path)).iter_batches(batch_size=ROWS_PER_GROUP):
-        for row in batch.to_pylist():
-            example = json.loads(row["example"])
-            for key in keys:
-                if row[key] is not None:
-                    example[key] = np.asarray(row[key], dtype=np.int32)
+        columns = {key: _token_lists(batch.column(key)) for key in keys}
+        for i, text in enumerate(batch.column("example").to_pylist()):
+            example = json.loads(text)
+            for key, (values, offsets, present) in columns.items():
+                if present[i]:
+                    example[key] = values[offsets[i]:offsets[i + 1]].copy()
             yield example
+
+
+def _token_lists(column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A list<int32> column as (all values, row offsets, which rows have a list): no Python list per row."""
+    values = column.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    return values, column.offsets.to_numpy(), column.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _interleaved(shards: list[Iterator[dict]]) -> Iterator[dict]:

@@ -292,8 +292,9 @@ class TrainBatches:
                     no_split.append(task.name)  # seqio skips a member without the split, with a warning
                     continue
                 task.check_split(self.split)
-                iter(task.source.load(self.split, data_dir))  # opens the data (local check or hub load)
-                if cache.active_cache() is not None:
+                if cache.active_cache() is None:
+                    iter(task.source.load(self.split, data_dir))  # opens the data (local check or hub load)
+                else:  # the cache stands for the data (it is checked against the source's files when read)
                     cache.require_cached(task, self.split, cache.active_cache())
                 present.append(task)
                 rates[task.name] = value

@@ -159,3 +159,19 @@ def test_t2t_cache_of_rte_in_two_processes_then_training_from_it(tmp_path, data_
         runs[name] = [json.loads(line)["loss"] for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
                       if '"loss"' in line]
     assert len(runs["plain"]) == 3 and runs["cached"] == runs["plain"]
+
+
+def test_missing_data_writes_nothing(vocab, tmp_path):
+    """A split whose data turns out missing when read leaves no cache.json behind (readers would take it for a
+    cache whose shards are missing)."""
+    from t2t.data.sources import DataNotFoundError
+
+    def unavailable():
+        raise DataNotFoundError("no data here")
+        yield
+
+    task = copy_task()
+    made_from = cache.fingerprint(task, "train", vocab, None, LENGTHS)
+    with pytest.raises(DataNotFoundError, match="no data here"):
+        cache.write_shard(task, "train", unavailable(), made_from, tmp_path)
+    assert not (tmp_path / TASK / "train" / cache.MANIFEST).exists()
