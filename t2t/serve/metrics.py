@@ -28,7 +28,8 @@ class Metrics:
         self.batch_seconds = Histogram("t2t_serve_batch_seconds", "Time the model took for one batch",
                                        buckets=LATENCY_BUCKETS, registry=self.registry)
         self.queue_depth = Gauge("t2t_serve_queue_depth", "Requests waiting for the model", registry=self.registry)
-        self.tokens = Counter("t2t_serve_generated_tokens", "Tokens decoded (each row up to its EOS)",
+        self.tokens = Counter("t2t_serve_generated_tokens", "Tokens decoded (each row up to its EOS, the copies "
+                              "that fill a batch to its bucket included)",
                               registry=self.registry)
         self.tokens_per_second = Gauge("t2t_serve_tokens_per_second", "Tokens decoded per second in the last "
                                        "decoding batch", registry=self.registry)

@@ -35,9 +35,7 @@ log = logging.getLogger(__name__)
 
 WARM_UP_INPUT = "warm up"  # decoded once at start, so the first request does not pay for lazy set-up
 RETRY_AFTER_SECONDS = 1
-# Rows are padded to a multiple of this many tokens (``bucketed``). Measured: random batches of SST-2 inputs
-# took a t5-tiny server's RSS from 0.5 to 1.3 GB without it, to 0.64 GB with it (benchmarks/results/serve-*).
-LENGTH_BUCKET = 16
+LENGTH_BUCKET = 16  # rows that share batches are padded to a multiple of this many tokens (``in_buckets``)
 
 
 @dataclass(frozen=True)
@@ -151,25 +149,35 @@ class Service:
     # -- the worker's side -----------------------------------------------------------------------------------
 
     def run_batch(self, key: BatchKey, rows: list) -> list:
-        """One batch on the worker thread: decoded strings, or scores."""
+        """One batch on the worker thread: decoded strings, or scores. Rows that share batches go in shaped
+        by ``in_buckets``; a sampled request's as t2t-predict batches them, which its draws depend on."""
+        count = len(rows)
+        if key.alone is None:
+            rows = in_buckets(rows, self.cfg.batch_size)
         if key.kind == "score":
-            return self.predictor.score([bucketed(inputs) for inputs, _ in rows],
-                                        [bucketed(targets) for _, targets in rows])
-        if key.alone is None:  # a sampled request keeps t2t-predict's batches, which its draws depend on
-            rows = [bucketed(row) for row in rows]
-        decoding = DecodingConfig(batch_size=self.cfg.batch_size, beam_size=key.beam_size,
-                                  temperature=key.temperature, top_k=key.top_k, seed=key.seed,
-                                  max_length=key.max_length, compile=self.cfg.compile)
+            return self.predictor.score([inputs for inputs, _ in rows], [targets for _, targets in rows])[:count]
+        decoding = DecodingConfig(batch_size=len(rows) if key.alone is None else self.cfg.batch_size,
+                                  beam_size=key.beam_size, temperature=key.temperature, top_k=key.top_k,
+                                  seed=key.seed, max_length=key.max_length, compile=self.cfg.compile)
         started = time.perf_counter()
         texts, tokens = self.predictor.decode(rows, decoding, desc="serve")
         self.metrics.observe_tokens(tokens, time.perf_counter() - started)
-        return texts
+        return texts[:count]
+
+
+def in_buckets(rows: list, most: int) -> list:
+    """``rows`` (token arrays, or scoring's (input, target) pairs) each padded to a multiple of
+    ``LENGTH_BUCKET`` tokens, with copies of the first added up to a power of two rows (or ``most``). The model masks the
+    padding as it masks a batch's, and rows never mix, so the outputs do not change (tests/serve); the
+    kernels then see a few shapes instead of every (rows x tokens) one, and the caches that keep a kernel per
+    shape (oneDNN's) stop growing after the first few hundred batches."""
+    padded = [tuple(map(bucketed, row)) if isinstance(row, tuple) else bucketed(row) for row in rows]
+    size = min(1 << (len(padded) - 1).bit_length(), max(most, len(padded)))
+    return padded + padded[:1] * (size - len(padded))
 
 
 def bucketed(row: np.ndarray) -> np.ndarray:
-    """``row`` with padding (0) up to a multiple of ``LENGTH_BUCKET`` tokens. The model masks it as it masks a
-    batch's padding, so the outputs do not change (tests/serve), and the kernels see a few lengths instead of
-    every one: caches that keep a kernel per shape (oneDNN's) stop growing after the first batches."""
+    """``row`` with padding (0) up to a multiple of ``LENGTH_BUCKET`` tokens."""
     return np.pad(row, (0, -len(row) % LENGTH_BUCKET))
 
 
