@@ -36,6 +36,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -237,7 +238,8 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = (RESULTS / f"serve-{args.name}.server.log").open("w")
+    log = tempfile.NamedTemporaryFile("w", prefix=f"serve-{args.name}-", suffix=".server.log", delete=False)
+    print(f"the server's log: {log.name}", flush=True)
     process = start_server(args, port, log)
     server = psutil.Process(process.pid)
     try:

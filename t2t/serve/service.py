@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 WARM_UP_INPUT = "warm up"  # decoded once at start, so the first request does not pay for lazy set-up
 RETRY_AFTER_SECONDS = 1
 LENGTH_BUCKET = 16  # rows that share batches are padded to a multiple of this many tokens (``in_buckets``)
+ROW_BUCKET = 4      # and such batches filled to a multiple of this many rows (powers of two below it)
 
 
 @dataclass(frozen=True)
@@ -167,12 +168,15 @@ class Service:
 
 def in_buckets(rows: list, most: int) -> list:
     """``rows`` (token arrays, or scoring's (input, target) pairs) each padded to a multiple of
-    ``LENGTH_BUCKET`` tokens, with copies of the first added up to a power of two rows (or ``most``). The model masks the
+    ``LENGTH_BUCKET`` tokens, with copies of the first added up to 1, 2, or a multiple of ``ROW_BUCKET`` rows
+    (at most ``most``). The model masks the
     padding as it masks a batch's, and rows never mix, so the outputs do not change (tests/serve); the
     kernels then see a few shapes instead of every (rows x tokens) one, and the caches that keep a kernel per
     shape (oneDNN's) stop growing after the first few hundred batches."""
     padded = [tuple(map(bucketed, row)) if isinstance(row, tuple) else bucketed(row) for row in rows]
-    size = min(1 << (len(padded) - 1).bit_length(), max(most, len(padded)))
+    count = len(padded)
+    size = min(1 << (count - 1).bit_length() if count < ROW_BUCKET else -(-count // ROW_BUCKET) * ROW_BUCKET,
+               max(most, count))
     return padded + padded[:1] * (size - len(padded))
 
 
