@@ -46,8 +46,13 @@ def own_vocabulary(path_or_id: str | os.PathLike) -> str | None:
 
 
 def is_hf_folder(path: Path) -> bool:
-    """A Hugging Face model folder: its config.json names a ``model_type`` (t2t's checkpoints' do not)."""
-    return (path / CONFIG_FILE).is_file() and "model_type" in read_json(path / CONFIG_FILE, "model config")
+    """A Hugging Face model folder: its config.json names a ``model_type`` or its ``architectures`` (early
+    uploads of google/umt5-xl have only those; t2t's checkpoints' config.json has neither)."""
+    return (path / CONFIG_FILE).is_file() and is_hf_config(read_json(path / CONFIG_FILE, "model config"))
+
+
+def is_hf_config(data: dict) -> bool:
+    return "model_type" in data or "architectures" in data
 
 
 def find_and_load(path_or_id: str | os.PathLike, verify: bool) -> T5:
@@ -135,5 +140,5 @@ def read_model_config(path_or_id: str | os.PathLike) -> ModelConfig:
     if not (path / CONFIG_FILE).is_file():
         return load_model(path_or_id).config
     data = read_json(path / CONFIG_FILE, "model config")
-    return hf.model_config_from_hf(data, path / CONFIG_FILE) if "model_type" in data else \
+    return hf.model_config_from_hf(data, path / CONFIG_FILE) if is_hf_config(data) else \
         _read_model_config(path / CONFIG_FILE)

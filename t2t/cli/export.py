@@ -37,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
                    help="format to write: hf (Hugging Face transformers; LoRA layers folded into the weights) or "
                         "peft (a LoRA run's adapter for peft, with its base model in OUT_DIR/base)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="folder to write: new, or one an earlier export wrote")
+    p.add_argument("--model-type", choices=["t5", "mt5", "umt5"],
+                   help="the transformers class config.json names (default: umt5 for a model with a position "
+                        "bias in every layer, else t5; mt5 for MT5ForConditionalGeneration)")
     p.add_argument("--vocab", help="SentencePiece .model, vocab.json or byte to ship instead of the run's vocabulary")
     return p
 
@@ -56,6 +59,6 @@ def export_main(argv=None) -> int:
     if model.config.lora_rank:
         print("folding the LoRA updates into the weights (--to peft writes them as an adapter instead)")
         drop_lora(model, merge=True)
-    out = to_hf(model, args.out_dir, vocabulary=vocab)
+    out = to_hf(model, args.out_dir, vocabulary=vocab, model_type=args.model_type)
     print(f"wrote {out}: load it with transformers' T5ForConditionalGeneration and AutoTokenizer")
     return 0

@@ -35,6 +35,8 @@ from test_hf_parity import (  # noqa: E402
 
 import t2t  # noqa: E402
 from t2t.checkpoints import hf as hf_lib  # noqa: E402
+from t2t.checkpoints.loading import load_model  # noqa: E402
+from t2t.checkpoints.native import save_checkpoint  # noqa: E402
 from t2t.errors import T2TError  # noqa: E402
 from t2t.models import decoding  # noqa: E402
 from t2t.models.presets import resolve_model_config  # noqa: E402
@@ -200,6 +202,8 @@ def test_a_config_without_model_type_is_read_from_its_architectures(tmp_path):
     assert model.config.relative_attention_per_layer
     enc, dec = batch(seed=48)
     assert_same_logits(t2t_logits(model, enc, dec), hf_logits(hf, enc, dec), dec)
+    loaded = load_model(folder)  # what --init-from and --checkpoint take
+    assert torch.equal(t2t_logits(loaded, enc, dec), t2t_logits(model, enc, dec))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -219,6 +223,18 @@ def test_to_hf_gives_t2t_outputs_in_the_familys_own_class(tmp_path, family):
         output_layer = model.shared if model.lm_head is None else model.lm_head
         output_layer.weight[1] = hf.get_output_embeddings().weight[1]
     assert_same_outputs(model, hf, enc_dec_seed=51)
+
+
+def test_t2t_export_writes_the_model_type_asked_for(tmp_path):
+    from t2t.cli.export import export_main
+    from t2t.testing import tiny_vocabulary
+    torch.manual_seed(53)
+    vocab = tiny_vocabulary()  # 484 ids
+    save_checkpoint(tmp_path / "run", 1, T5(FAMILIES["mt5"].model_config(**{**FAMILY_TINY, "vocab_size": 512})))
+    assert export_main(["--checkpoint", str(tmp_path / "run"), "--to", "hf", "--model-type", "mt5",
+                        "--vocab", str(vocab.path), str(tmp_path / "out")]) == 0
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == "mt5" and config["architectures"] == ["MT5ForConditionalGeneration"]
 
 
 @pytest.mark.parametrize("layout,model_type,needle", [
@@ -297,7 +313,6 @@ def test_t2t_train_init_from_a_local_flan_t5_folder(tmp_path, capsys):
     """The README's Flan-T5 fine-tuning offline: a Flan-T5-shaped folder as save_pretrained writes it, with its
     spiece.model, trains; the run's model is the folder's (frozen weights unchanged, layout kept) and its
     vocabulary is the folder's."""
-    from t2t.checkpoints.loading import load_model
     from t2t.checkpoints.run import find_run
     from t2t.data.vocab import load_vocabulary
     from t2t.testing import tiny_vocabulary
