@@ -9,7 +9,8 @@
 # is one, and Adafactor's step, which must not wait for the device); bench: bench_packed_bias.py (packed rows
 # with a position bias each or one shared, a minute), bench_optimizer.py (an optimizer step of t5.1.1-base:
 # t2t's Adafactor against torch's, transformers' and fused AdamW, a minute), bench_peers.py (t5-small against
-# transformers and nai-t5, and t2t with separate projections, a few minutes), bench_precision.py, bench_gpu.py
+# transformers and nai-t5, and t2t with separate projections, a few minutes), bench_precision.py (bf16 and
+# fp16), bench_memory.py (activation checkpointing's memory and time, a minute), bench_gpu.py
 # (t5.1.1-base at nanoT5's setting against transformers, the longest) and, where $T2T_DATA_DIR holds GLUE and
 # the vocabulary, bench_data_wait.py (real training steps on GLUE: do they wait for their batches?) on the GPU.
 # Exit status 1 if any failed.
@@ -38,6 +39,7 @@ if [[ $what != tests ]]; then  # the quick ones first: leases of GPU time are of
         echo "nai-t5 is not installed: bench_peers.py skipped (pip install nai-t5)"
     fi
     python benchmarks/bench_precision.py --device cuda --out "$out/precision-cuda.json" || status=1
+    python benchmarks/bench_memory.py --device cuda --preset t5.1.1-base --out "$out/memory-cuda.json" || status=1
     python benchmarks/bench_gpu.py --out "$out/gpu.json" || status=1
     if [[ -d ${T2T_DATA_DIR:-/nonexistent}/glue ]]; then
         python benchmarks/bench_data_wait.py --optimizers adafactor adamw --profile --out "$out/data-wait-cuda.json" \
