@@ -75,6 +75,7 @@ FAMILIES = {
                                     "is_gated_act": True}, "flan-t5-small"),
     "mt5": Family("mt5", GATED, {"tokenizer_class": "T5Tokenizer"}, "mt5-small"),
     "umt5": Family("umt5", GATED, {"scalable_attention": True, "tokenizer_class": "T5Tokenizer"}, "umt5-small"),
+    "byt5": Family("t5", GATED, {"tokenizer_class": "ByT5Tokenizer"}, "byt5-small"),  # 384 ids, deeper encoder
 }
 
 # The configurations published on the hub (google/<name>/config.json), shapes and layout fields only
