@@ -139,10 +139,13 @@ class DrainingServer(uvicorn.Server):
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (port 0: a free one), or one sentence saying why it cannot be."""
     try:
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             proto=socket.IPPROTO_TCP)[0]
+        # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and without it a
+        # response's head and body (two writes) wait for the client's delayed ACK, 40 ms on Linux
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(info[4])
+        sock.bind(address)
     except OSError as e:
         raise T2TError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --host or "
                        f"--port.") from None
