@@ -388,8 +388,8 @@ def run_steps(trainer: Trainer, evaluator, loggers: list[MetricsLogger]) -> None
         window.waiting += time.perf_counter() - asked
         micro_batches = split_rows(batch, trainer.batches.global_rows(), cfg.grad_accum_steps)
         started = time.perf_counter()
-        loss, tokens = train_step(trainer.objective, micro_batches, trainer.optimizer, cfg, trainer.device,
-                                  trainer.step, trainer.scaling)
+        loss, tokens = train_step(trainer.objective, micro_batches, trainer.optimizer, trainer.scaling, cfg,
+                                  trainer.device, trainer.step)
         if compiling:  # logged once, and left out of the window's tokens/s
             compiling, seconds = False, time.perf_counter() - started
             log.info("compiled the training step: its first call took %.1f s", seconds)
@@ -578,8 +578,8 @@ def split_rows(batch: dict, rows: list[int], parts: int) -> list[tuple[dict, lis
 
 
 def train_step(objective: torch.nn.Module, micro_batches: list[tuple[dict, list[int]]],
-               optimizer: torch.optim.Optimizer, cfg: TrainConfig, device: torch.device,
-               step: int, scaling: LossScaling) -> tuple[float, int]:
+               optimizer: torch.optim.Optimizer, scaling: LossScaling, cfg: TrainConfig, device: torch.device,
+               step: int) -> tuple[float, int]:
     """One optimizer step over ``micro_batches`` (each with its rows' global indices); returns (mean loss per
     target token, tokens seen).
 
