@@ -73,7 +73,7 @@ BEST_SUFFIX = ":best"  # RUN:best, the checkpoint a run records as its best (che
 HARMLESS_CHANGES = frozenset({
     "train_steps", "log_every", "save_every", "keep_checkpoints", "eval_every", "eval_max_examples",
     "eval_mixture", "eval_batch_size", "verify_checkpoints", "device", "threads", "parallelism", "output_dir",
-    "batches_ahead", "loggers", "keep_best", "early_stopping", "cache_dir"})
+    "batches_ahead", "loggers", "keep_best", "early_stopping", "cache_dir", "activation_checkpointing"})
 
 
 # Settings that a schedule is a function of: changing them on resume changes the rates already on their way.

@@ -154,10 +154,11 @@ def test_resume_with_a_different_vocabulary_is_refused(setup, tmp_path):
 def test_harmless_changes_go_through_with_a_line(setup, tmp_path, caplog):
     train(settings(setup, tmp_path / "run"))
     with caplog.at_level(logging.INFO, logger="t2t.checkpoints.run"):
-        records = train(settings(setup, tmp_path / "run", train_steps=3, log_every=3))
+        records = train(settings(setup, tmp_path / "run", train_steps=3, log_every=3, activation_checkpointing=True))
     assert records[-1]["step"] == 3
-    assert run_lines(caplog) == ["resuming with log_every 3 (the run had 1)",
-                                                         "resuming with train_steps 3 (the run had 2)"]
+    assert run_lines(caplog) == ["resuming with activation_checkpointing True (the run had False)",
+                                 "resuming with log_every 3 (the run had 1)",
+                                 "resuming with train_steps 3 (the run had 2)"]
 
 
 def test_train_steps_below_the_reached_step_says_so(setup, tmp_path, caplog):
