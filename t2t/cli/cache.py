@@ -16,8 +16,8 @@ from t2t.data.vocab import load_vocabulary
 EXAMPLES = """\
   t2t-cache --mixture glue_v002 --output cache/
   t2t-train --mixture glue_v002 --cache-dir cache/ --output-dir runs/glue
-  t2t-cache --task c4_v220_span_corruption --split train --output /shared/cache --num-shards 64 --shard $I
-      (one of 64 jobs, e.g. a SLURM array with I=$SLURM_ARRAY_TASK_ID; each writes its own shard)
+  t2t-cache --task c4 --split train --output /shared/cache --num-shards 64 --shard 7   # job 7 of 64
+      (each job of a SLURM array or Kubernetes indexed job writes its own shard: --shard $SLURM_ARRAY_TASK_ID)
 """
 
 
