@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -31,7 +30,7 @@ from t2t.checkpoints.files import (
     write_text,
     write_with,
 )
-from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE, TMP_PREFIX
+from t2t.checkpoints.native import CONFIG_FILE, MODEL_FILE
 from t2t.data.byte_vocab import ByteVocabulary
 from t2t.data.vocab import SPM_UNIGRAM, SentencePieceVocabulary, Vocabulary, load_vocabulary, sentencepiece_spec
 from t2t.errors import T2TError, error_summary
@@ -432,7 +431,6 @@ T5_BEAMS = 4  # the T5 paper's beam search (translation, summaries): 4 beams, le
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_FILES = (VOCAB_FILE, TOKENIZER_JSON, "tokenizer_config.json")
 _EXPORT_FILES = {MODEL_FILE, CONFIG_FILE, GENERATION_FILE, BEAM_SEARCH_FILE, *TOKENIZER_FILES}
-OLD_PREFIX = ".old-"  # an earlier export, renamed aside while the new one takes its name
 
 
 def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None, model_type: str | None = None) -> Path:
@@ -444,7 +442,7 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None, model_t
 
     ``out_dir`` is new, or holds only files an earlier export wrote: other weight files beside ours could
     be what a loader picks up. The export is written whole in a new folder beside it, then swapped in
-    (``_swap_in``): a failure (a full disk) leaves the earlier export as it was, files are never written
+    (``durable.publish_folder``): a failure (a full disk) leaves the earlier export as it was, files are never written
     through a symbolic link planted in ``out_dir``, and no file of an earlier export (its tokenizer, for
     another vocabulary) stays beside the new one.
 
@@ -464,37 +462,16 @@ def to_hf(model: T5, out_dir: str | os.PathLike, vocabulary: Any = None, model_t
     vocabulary = _checked_vocabulary(vocabulary, model.config) if vocabulary is not None else None
     out = _export_dir(Path(out_dir))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in hf_state_dict(model.state_dict(), model.config).items()}
-    new = out.with_name(f"{TMP_PREFIX}{out.name}.{os.getpid()}")
-    try:
-        new.mkdir()  # the user's umask applies
+
+    def fill(new: Path) -> None:
         write_with(new / MODEL_FILE, lambda p: save_file(tensors, p, {"format": "pt"}))
         write_text(new / CONFIG_FILE, json.dumps(model_config_to_hf(model.config, model_type), indent=2))
         write_text(new / GENERATION_FILE, json.dumps(generation_config(model.config), indent=2))
         write_text(new / BEAM_SEARCH_FILE, json.dumps(beam_search_config(model.config), indent=2))
         if vocabulary is not None:
             _write_tokenizer(vocabulary, new)
-        durable.fsync_dir(new)
-        _swap_in(new, out)
-    except BaseException as e:
-        shutil.rmtree(new, ignore_errors=True)
-        if isinstance(e, OSError):
-            raise durable.write_error(e, f"the Hugging Face export {out}") from None
-        raise
-    return out
 
-
-def _swap_in(new: Path, out: Path) -> None:
-    """Give the finished folder ``new`` the name ``out``. An earlier export there is renamed aside first and
-    deleted after, so a reader finds the earlier export or the new one, each whole (only a kill between the
-    two renames leaves neither at ``out``, and the earlier one as ``.old-<name>.<pid>`` beside it)."""
-    old = out.with_name(f"{OLD_PREFIX}{out.name}.{os.getpid()}")
-    had_one = out.exists()
-    if had_one:
-        os.replace(out, old)
-    os.replace(new, out)
-    durable.fsync_dir(out.parent)
-    if had_one:
-        shutil.rmtree(old, ignore_errors=True)
+    return durable.publish_folder(out, fill, f"the Hugging Face export {out}")
 
 
 def generation_config(cfg: ModelConfig) -> dict:
