@@ -561,10 +561,10 @@ class T5(nn.Module):
             raise T2TError(f"num_decoder_layers applies only to the encoder_decoder architecture; "
                            f"{cfg.architecture} has one stack of num_layers layers, so leave num_decoder_layers out.")
         if cfg.attention == "flex":
-            require_flex_attention()
-            if cfg.relative_attention_per_layer:
+            if cfg.relative_attention_per_layer:  # a settings conflict first: no torch fixes it
                 raise T2TError("model.attention=flex reads one relative position bias per stack, so a model with "
                                "relative_attention_per_layer (UMT5) runs with model.attention=sdpa; set that.")
+            require_flex_attention()
         self.config = cfg
         self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.architecture == "encoder_decoder":
