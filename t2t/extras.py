@@ -10,13 +10,16 @@ from types import ModuleType
 from t2t.errors import T2TError
 
 
-def require_extra(package: str, extra: str, needed_by: str) -> None:
-    """One sentence if ``package`` is not installed (looked up without importing it)."""
+def require_extra(package: str, extra: str, needed_by: str, instead: str = "") -> None:
+    """One sentence if ``package`` is not installed (looked up without importing it), naming the extra and
+    what to do ``instead`` of installing it, if anything."""
     if importlib.util.find_spec(package) is None:
-        raise T2TError(f"{needed_by} needs {package}, which is not installed; pip install 't2t[{extra}]'.")
+        alternative = f", or {instead}" if instead else ""
+        raise T2TError(f"{needed_by} needs {package}, which is not installed; pip install 't2t[{extra}]'"
+                       f"{alternative}.")
 
 
-def import_extra(module: str, extra: str, needed_by: str) -> ModuleType:
+def import_extra(module: str, extra: str, needed_by: str, instead: str = "") -> ModuleType:
     """``module`` of the optional package of ``extra``, imported now (``require_extra`` first)."""
-    require_extra(module.split(".")[0], extra, needed_by)
+    require_extra(module.split(".")[0], extra, needed_by, instead)
     return importlib.import_module(module)

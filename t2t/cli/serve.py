@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 
 from t2t.cli.common import (
     DECODING_FLAGS,
@@ -18,7 +17,7 @@ from t2t.cli.common import (
     resolved_locations,
     run_cli,
 )
-from t2t.errors import T2TError
+from t2t.extras import require_extra
 from t2t.serve.settings import ServeConfig
 
 SERVING_PACKAGES = ("starlette", "uvicorn", "prometheus_client")  # setup.cfg's serve extra
@@ -54,8 +53,7 @@ def serve_main(argv=None) -> int:
     if args.print_config:
         print_settings(resolved_locations(cfg))
         return 0
-    missing = [package for package in SERVING_PACKAGES if importlib.util.find_spec(package) is None]
-    if missing:
-        raise T2TError(f"t2t-serve needs {', '.join(missing)}, not installed here; pip install 't2t[serve]'.")
+    for package in SERVING_PACKAGES:
+        require_extra(package, "serve", "t2t-serve")
     importlib.import_module("t2t.serve.app").serve(cfg)  # imported once the serving packages are known there
     return 0

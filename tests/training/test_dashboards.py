@@ -5,6 +5,7 @@ one sentence."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import math
@@ -24,7 +25,7 @@ from t2t.data.task import TASKS
 from t2t.errors import T2TError
 from t2t.testing import tiny_vocabulary
 from t2t.training import train as train_module
-from t2t.training.dashboards import base, mlflow_logger, tensorboard_logger, wandb_logger
+from t2t.training.dashboards import mlflow_logger, tensorboard_logger, wandb_logger
 from t2t.training.loggers import LoggedRun
 from t2t.training.progress import read_metrics
 from t2t.training.train import TrainConfig, train
@@ -245,8 +246,9 @@ def test_the_settings_go_to_each_dashboard_once(runs):
 
 @pytest.mark.parametrize("kind", ["tensorboard", "wandb", "mlflow"])
 def test_a_missing_package_is_one_sentence_before_training(runs, monkeypatch, kind):
-    real_find_spec = base.importlib.util.find_spec
-    monkeypatch.setattr(base.importlib.util, "find_spec", lambda name: None if name == kind else real_find_spec(name))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == kind else
+                        real_find_spec(name, *args))
     message = rf"^the {kind} logger needs {kind}, which is not installed; pip install 't2t\[{kind}\]', or leave " \
               rf"{kind} out of loggers\.$"
     with pytest.raises(T2TError, match=message):

@@ -3,8 +3,6 @@ run in the run folder (so a resumed run continues the same one), and holding rec
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import sys
 import time
@@ -12,7 +10,7 @@ from abc import abstractmethod
 from pathlib import Path
 from types import ModuleType
 
-from t2t import durable
+from t2t import durable, extras
 from t2t.errors import T2TError
 from t2t.training.loggers import MetricsLogger
 
@@ -20,15 +18,12 @@ from t2t.training.loggers import MetricsLogger
 def require_package(package: str, kind: str, extra: str) -> None:
     """One sentence naming the extra to install when ``package`` is not installed (found without importing it,
     so that a missing package stops a run before it loads anything)."""
-    if importlib.util.find_spec(package) is None:
-        raise T2TError(f"the {kind} logger needs {package}, which is not installed; pip install 't2t[{extra}]', "
-                       f"or leave {kind} out of loggers.")
+    extras.require_extra(package, extra, f"the {kind} logger", f"leave {kind} out of loggers")
 
 
 def import_extra(module: str, kind: str, extra: str) -> ModuleType:
     """``module``, imported when its logger is built (``require_package`` first)."""
-    require_package(module.split(".")[0], kind, extra)
-    return importlib.import_module(module)
+    return extras.import_extra(module, extra, f"the {kind} logger", f"leave {kind} out of loggers")
 
 
 def read_dashboard_run(path: Path) -> dict | None:
