@@ -20,16 +20,22 @@ from t2t.models.t5 import Block
 def process_group_from_env():
     """Inside: in the process group when launched by torchrun (WORLD_SIZE > 1; gloo on CPU, nccl on CUDA).
     On leaving, the group is destroyed: one left to interpreter shutdown can abort the process at exit
-    ("terminate called without an active exception"), failing a run that finished."""
+    ("terminate called without an active exception"), failing a run that finished. A process that finished
+    waits for the others first, so that none destroys the group while a peer still talks to it (which aborted
+    a finished rank the same way, once in a CI run); after an error it does not wait for peers that may be gone."""
     joined = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
     if joined:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    finished = False
     try:
         yield
+        finished = True
     finally:
         if joined:
+            if finished:
+                dist.barrier()
             dist.destroy_process_group()
 
 
