@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import math
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,7 @@ from t2t.models.checkpointing import checkpointed
 from t2t.models.dropout import Dropout
 from t2t.models.flex import FlexBias, flex_attention_of, flex_bias, require_flex_attention
 from t2t.models.lora import add_lora, weight_of
+from t2t.models.packed_rows import pack_rows
 from t2t.models.presets import ModelConfig, resolve_model_config
 
 # ----------------------------------------------------------------------------------------------------------
@@ -641,6 +643,18 @@ class T5(nn.Module):
         """Encoder output [B, S, d_model] (final-normed)."""
         return self._encode(self.shared(tokens), _encoder_allowed(tokens, self.config.pad_id, segment_ids), positions)
 
+    def encode_rows(self, tokens: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+        """The encoder output of a padded batch ``tokens`` [B, S] for decoding, computing its rows' tokens only:
+        ``(encoded, unpack)``, ``encoded`` [R, W, d_model] the rows packed side by side where that saves work
+        (:mod:`t2t.models.packed_rows`; ``encode``'s values to rounding), and ``unpack`` taking any
+        [R, W, ...] tensor of them to the batch's layout [B, S, ...], zeros after each row's last token. FlexAttention compiles a
+        kernel per shape, so a flex model encodes the batch as it is (R = B, ``unpack`` the identity)."""
+        packed = None if self.config.attention == "flex" else pack_rows(tokens, self.config.pad_id)
+        if packed is None:
+            return self.encode(tokens), lambda x: x
+        encoded = self._encode(self.shared(packed.tokens), packed.allowed(self.config.pad_id), packed.positions)
+        return encoded, packed.unpack
+
     def _encode(self, x: torch.Tensor, allowed, positions) -> torch.Tensor:
         """Encoder output for the embedded inputs ``x`` [B, S, d_model]."""
         pos = _positions(x, positions)
@@ -765,9 +779,9 @@ class T5(nn.Module):
         the prefix ``[start] + inputs`` in one pass (left-aligned, see :func:`left_aligned_prefixes`)."""
         cfg = self.config
         if cfg.has_encoder:
-            enc = self.encode(encoder_input_tokens).repeat_interleave(num_beams, dim=0)  # [B*K, S, d]
-            cache = self._encoder_decoder_cache(enc, encoder_input_tokens.repeat_interleave(num_beams, dim=0), max_new_tokens)
-            start = torch.full((enc.shape[0], 1), cfg.decoder_start_id, dtype=torch.long, device=enc.device)
+            cache = self._encoder_decoder_cache(encoder_input_tokens, max_new_tokens, num_beams)
+            start = torch.full((encoder_input_tokens.shape[0] * num_beams, 1), cfg.decoder_start_id,
+                               dtype=torch.long, device=encoder_input_tokens.device)
             return cache, self.extend(start, cache)[:, 0]
         prefix, valid = left_aligned_prefixes(encoder_input_tokens, cfg.pad_id, cfg.decoder_start_id)
         prefix, valid = prefix.repeat_interleave(num_beams, dim=0), valid.repeat_interleave(num_beams, dim=0)
@@ -778,13 +792,21 @@ class T5(nn.Module):
                                 key_valid=key_valid)
         return cache, self.extend(prefix, cache)[:, -1]
 
-    def _encoder_decoder_cache(self, enc: torch.Tensor, encoder_tokens: torch.Tensor, max_len: int) -> DecoderCache:
-        """Cross-attention keys/values of ``enc`` [B, S, d] for every decoder layer, and empty self-attention
-        buffers for ``max_len`` decoder tokens."""
-        cache = self._new_cache(enc.shape[0], max_len, _compute_dtype(enc), enc.device)
-        cross = self.decoder.cross_keys_values(enc)
-        cache.cross_k, cache.cross_v = [k for k, _ in cross], [v for _, v in cross]
-        cache.cross_bias = _cross_bias((encoder_tokens != self.config.pad_id)[:, None, :], cache.self_bias_table.dtype)
+    def _encoder_decoder_cache(self, encoder_tokens: torch.Tensor, max_len: int, num_beams: int) -> DecoderCache:
+        """The encoder run once per example (``encode_rows``), every decoder layer's cross-attention keys and
+        values of it computed on the packed rows and repeated for each of an example's beams, and empty
+        self-attention buffers for ``max_len`` decoder tokens of each beam."""
+        encoded, unpack = self.encode_rows(encoder_tokens)
+
+        def per_beam(keys_or_values: torch.Tensor) -> torch.Tensor:  # [R, H, W, d_kv] → [B*K, H, S, d_kv]
+            batch = unpack(keys_or_values.transpose(1, 2)).transpose(1, 2)
+            return batch.repeat_interleave(num_beams, dim=0).contiguous()
+
+        cross = self.decoder.cross_keys_values(encoded)
+        cache = self._new_cache(encoder_tokens.shape[0] * num_beams, max_len, _compute_dtype(encoded), encoded.device)
+        cache.cross_k, cache.cross_v = [per_beam(k) for k, _ in cross], [per_beam(v) for _, v in cross]
+        allowed = (encoder_tokens != self.config.pad_id).repeat_interleave(num_beams, dim=0)
+        cache.cross_bias = _cross_bias(allowed[:, None, :], cache.self_bias_table.dtype)
         return cache
 
     def _new_cache(self, B: int, max_len: int, dtype: torch.dtype, device, visible_prefix: int = 0,

@@ -26,6 +26,7 @@ from t2t.errors import T2TError, error_summary
 from t2t.evaluation.evaluate import DecodingConfig
 from t2t.evaluation.predict import Predictor, example_text, prediction_task, reference_examples, run_settings
 from t2t.models import distributed
+from t2t.models.packed_rows import row_bucket
 from t2t.serve.batcher import Batcher, Closed, Expired, Job, QueueFull
 from t2t.serve.metrics import Metrics
 from t2t.serve.requests import Request, RequestError
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 WARM_UP_INPUT = "warm up"  # decoded once at start, so the first request does not pay for lazy set-up
 RETRY_AFTER_SECONDS = 1
 LENGTH_BUCKET = 16  # rows that share batches are padded to a multiple of this many tokens (``in_buckets``)
-ROW_BUCKET = 4      # and such batches filled to a multiple of this many rows (powers of two below it)
 
 
 @dataclass(frozen=True)
@@ -168,15 +168,14 @@ class Service:
 
 def in_buckets(rows: list, most: int) -> list:
     """``rows`` (token arrays, or scoring's (input, target) pairs) each padded to a multiple of
-    ``LENGTH_BUCKET`` tokens, with copies of the first added up to 1, 2, or a multiple of ``ROW_BUCKET`` rows
-    (at most ``most``). The model masks the
+    ``LENGTH_BUCKET`` tokens, with copies of the first added up to ``row_bucket`` rows (at most ``most``;
+    t2t.models.packed_rows). The model masks the
     padding as it masks a batch's, and rows never mix, so the outputs do not change (tests/serve); the
     kernels then see a few shapes instead of every (rows x tokens) one, and the caches that keep a kernel per
     shape (oneDNN's) stop growing after the first few hundred batches."""
     padded = [tuple(map(bucketed, row)) if isinstance(row, tuple) else bucketed(row) for row in rows]
     count = len(padded)
-    size = min(1 << (count - 1).bit_length() if count < ROW_BUCKET else -(-count // ROW_BUCKET) * ROW_BUCKET,
-               max(most, count))
+    size = min(row_bucket(count), max(most, count))
     return padded + padded[:1] * (size - len(padded))
 
 
