@@ -152,15 +152,18 @@ def input_text(line: str, number: int, task: Task | None, reference: list[dict])
     """The input string of one line: the line itself, or with a task its raw fields (JSON) preprocessed."""
     if task is None:
         return line
-    return example_text(parse_fields(line, number, task), f"input line {number}", task, reference)
+    return prepared_example(parse_fields(line, number, task), f"input line {number}", task, reference)["inputs"]
 
 
-def example_text(raw: dict, where: str, task: Task, reference: list[dict]) -> str:
-    """The ``inputs`` string of one example's raw fields, checked against the task's data (``reference``)
-    where there is some; an error names the example as ``where`` says ("input line 3")."""
+def prepared_example(raw: dict, where: str, task: Task, reference: list[dict]) -> dict:
+    """One example's raw fields, checked against the task's data (``reference``) where there is some, through
+    the task's text preprocessing, with each text feature also as ``<feature>_pretokenized`` (as t2t-eval's
+    examples have it, which postprocessors read); an error names the example as ``where`` says ("input
+    line 3")."""
     if reference:
         raw = checked_fields(raw, where, task, reference)
-    return preprocessed_inputs(task, raw, where)
+    example = preprocessed(task, raw, where)
+    return {**example, **{f"{key}_pretokenized": example[key] for key in task.output_features if key in example}}
 
 
 def parse_fields(line: str, number: int, task: Task) -> dict:
@@ -193,7 +196,7 @@ def checked_fields(raw: dict, where: str, task: Task, reference: list[dict]) -> 
             raise T2TError(f"{where}: field {key!r} must be {json_kind(first[key])}, as in task "
                            f"{task.name}'s data, got {value!r}; {hint}.")
     filled = {**first, **raw}
-    inputs = preprocessed_inputs(task, filled, where)
+    inputs = preprocessed(task, filled, where)["inputs"]
     for key in first.keys() - raw.keys():
         if any(inputs_or_none(task, {**filled, key: other}) not in (None, inputs)
                for other in other_values(key, reference)):
@@ -238,10 +241,10 @@ def empty_like(value):
     return empty.get(json_kind(value))
 
 
-def preprocessed_inputs(task: Task, raw: dict, where: str) -> str:
-    """The ``inputs`` string task's text preprocessing makes of ``raw``; a failure names the example (``where``)."""
+def preprocessed(task: Task, raw: dict, where: str) -> dict:
+    """The example the task's text preprocessing makes of ``raw``; a failure names the example (``where``)."""
     try:
-        return task.preprocess(raw)["inputs"]
+        return task.preprocess(raw)
     except T2TError as e:
         raise T2TError(f"{where}: {e}") from None
     except KeyError as e:

@@ -24,7 +24,8 @@ import numpy as np
 
 from t2t.errors import T2TError, error_summary
 from t2t.evaluation.evaluate import DecodingConfig
-from t2t.evaluation.predict import Predictor, example_text, prediction_task, reference_examples, run_settings
+from t2t.evaluation.predict import Predictor, prepared_example, prediction_task, reference_examples, run_settings
+from t2t.evaluation.results import jsonable
 from t2t.models import distributed
 from t2t.models.packed_rows import row_bucket
 from t2t.serve.batcher import Batcher, Closed, Expired, Job, QueueFull
@@ -84,13 +85,18 @@ class Service:
     # -- requests -------------------------------------------------------------------------------------------
 
     async def predict(self, request: Request) -> dict:
-        rows = self.input_rows(request)
+        """The decoded strings; for a task's examples also their values through the task's postprocessor
+        (STS-B's "3.4" is 3.4, a GLUE label its class id), as t2t-eval scores them."""
+        task, examples, rows = self.input_rows(request)
         key = self.generate_key(request.decoding)
         outputs = await self.answer(rows, key, whole=key.alone is not None)
-        return {"outputs": outputs}
+        if task is None:
+            return {"outputs": outputs}
+        return {"outputs": outputs, "values": [jsonable(task.postprocess(text, example))
+                                               for text, example in zip(outputs, examples)]}
 
     async def score(self, request: Request) -> dict:
-        inputs = self.input_rows(request)
+        _, _, inputs = self.input_rows(request)
         rows = list(zip(inputs, self.predictor.encode_targets(request.targets)))
         return {"scores": await self.answer(rows, BatchKey("score"), whole=False)}
 
@@ -100,17 +106,19 @@ class Service:
                           if name in decoding})
         return key if key.temperature == 0 else dataclasses.replace(key, alone=next(self.numbers))
 
-    def input_rows(self, request: Request) -> list:
-        """The token rows of a request's inputs, or of its task's examples through the task's preprocessing."""
+    def input_rows(self, request: Request) -> tuple:
+        """``(task, examples, rows)``: the token rows of a request's inputs (task and examples None), or its
+        task, its examples through the task's preprocessing (``prepared_example``) and their inputs' rows."""
         if request.inputs is not None:
-            return self.predictor.encode(request.inputs, None)
+            return None, None, self.predictor.encode(request.inputs, None)
         try:
             task = prediction_task(request.task)
             reference = self.reference(task)
-            texts = [example_text(raw, f"examples[{i}]", task, reference) for i, raw in enumerate(request.examples)]
+            examples = [prepared_example(raw, f"examples[{i}]", task, reference)
+                        for i, raw in enumerate(request.examples)]
         except T2TError as e:
             raise RequestError(422, str(e)) from None
-        return self.predictor.encode(texts, task)
+        return task, examples, self.predictor.encode([example["inputs"] for example in examples], task)
 
     def reference(self, task) -> list[dict]:
         """The task's first examples, read once (t2t.evaluation.predict.reference_examples)."""

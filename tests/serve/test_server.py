@@ -41,8 +41,12 @@ def copy_inputs(example):
     return {{"inputs": "copy: " + example["text"], "targets": example["text"]}}
 
 
+def words_and_copied(text, example=None, is_target=False):
+    return {{"words": len(text.split()), "copied": text == example["targets_pretokenized"]}}
+
+
 register_task(in_memory_task("serve_copy", {{"train": [{{"text": s}} for s in {SENTENCES!r}]}},
-                             preprocessors=[copy_inputs]))
+                             preprocessors=[copy_inputs], postprocess_fn=words_and_copied))
 '''
 INPUTS = ["copy: the cat sat on the mat", "copy: a dog", "copy: the river runs to the sea and the old man reads",
           "copy: children", "copy: the baker opened her shop in the park", "copy: a book"]
@@ -169,8 +173,12 @@ def test_batched_answers_are_t2t_predicts_for_greedy_beam_and_sampling(server, t
 def test_task_examples_go_through_the_tasks_preprocessing_and_scores_are_the_models(server, trained_run, one_thread):
     url, _ = server
     by_task = post(url, "/v1/predict", {"task": "serve_copy", "examples": [{"text": s} for s in SENTENCES[:2]]})
-    by_inputs = post(url, "/v1/predict", {"inputs": ["copy: " + s for s in SENTENCES[:2]]})
-    assert by_task.json() == by_inputs.json() and len(by_task.json()["outputs"]) == 2
+    by_inputs = post(url, "/v1/predict", {"inputs": ["copy: " + s for s in SENTENCES[:2]]}).json()
+    outputs = by_inputs["outputs"]
+    assert by_inputs == {"outputs": outputs} and len(outputs) == 2
+    # a task's examples are also answered with the values its postprocessor makes of each output and example
+    assert by_task.json() == {"outputs": outputs, "values": [{"words": len(text.split()), "copied": text == s}
+                                                              for text, s in zip(outputs, SENTENCES)]}
     scored = post(url, "/v1/score", {"inputs": [INPUTS[0]] * 2, "targets": [SENTENCES[0], SENTENCES[1]]})
     scores = scored.json()["scores"]
     predictor = Predictor.load(run_settings(PredictConfig(checkpoint=str(trained_run))))
