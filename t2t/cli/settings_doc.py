@@ -18,6 +18,8 @@ SECTIONS = [  # (title, "module:Class", how users set them)
                                            "`--set optimizer.schedule=rsqrt`)"),
     ("t2t-eval", "t2t.evaluation.evaluate:EvalConfig", "flags, `--config FILE`, `--set key=value`"),
     ("t2t-predict", "t2t.evaluation.predict:PredictConfig", "flags, `--config FILE`, `--set key=value`"),
+    ("t2t-serve", "t2t.serve.settings:ServeConfig", "flags (`batch_size` is `--max-batch-size`), `--config FILE`, "
+                                                    "`--set key=value`"),
     ("t2t-study", "t2t.training.study:StudyConfig", "flags, `--config FILE`, `--set key=value`"),
 ]
 
