@@ -8,20 +8,23 @@ made):
 Inputs are real GLUE rows: the SST-2 validation sentences of ``$T2T_DATA_DIR/glue`` through the task's
 preprocessing (``glue_sst2_v002``), one example per request. In order:
 
-1. offline: t2t-predict's own function (t2t.evaluation.predict.predict) on the distinct inputs gives the
-   expected output of each; t2t-predict's decoding of them (``Predictor.decode``, batches of 32 by length, as
-   the command decodes) timed alone gives its examples/s (the model load is left out of both sides);
-2. direct: ``model.generate`` on one input at a time, the median over ``--idle-requests`` inputs;
-3. the server (``t2t-serve`` in a subprocess, the same thread count) at idle: the same inputs one request at a
-   time, the median latency (HTTP, JSON, tokenization, queue and decoding);
-4. throughput: ``--throughput-clients`` clients (32), each sending its next request when answered;
-5. load: ``--clients`` (64) clients sending ``--requests`` requests of which ``--malformed`` (5%) are broken
+1. expected: t2t-predict's own function (t2t.evaluation.predict.predict) on the distinct inputs gives the
+   expected output of each (the model load is left out of every timing);
+2. idle: for each of ``--idle-requests`` inputs, one direct ``model.generate`` call in this process, then the
+   same input as one request to the server (``t2t-serve`` in a subprocess, the same thread count): HTTP,
+   JSON, tokenization, queue and decoding; the ratio of the two medians;
+3. throughput: ``--throughput-clients`` clients (32), each sending its next request when answered, against
+   t2t-predict's decoding of the distinct inputs (``Predictor.decode``, batches of 32 by length, as the
+   command decodes) timed here just before and just after, the mean of the two;
+4. load: ``--clients`` (64) clients sending ``--requests`` requests of which ``--malformed`` (5%) are broken
    in one of several ways; every good answer must be t2t-predict's output and every broken one a 4xx; the
-   server's RSS is read before and after, and /healthz after.
+   server's RSS is read every half second, and /healthz after.
 
-The clients run in this process (httpx's async client), on the same cores as the server: the load they add
-is part of what is measured. Each phase stops sending after ``--phase-seconds``. Writes
-``benchmarks/results/serve-<--name>.json``; docs/serve.md quotes the figures.
+Each comparison is timed within the same minute or two of a shared machine whose speed drifts more than that.
+The clients run in this process (aiohttp's client), on the same cores as the server: the load they add is
+part of what is measured, so they are the cheapest well-kept client at hand (httpx's async client spent
+1.9 ms of CPU per request, more than the server's HTTP handling, aiohttp's 0.2 ms). Each phase stops sending
+after ``--phase-seconds``. Writes ``benchmarks/results/serve-<--name>.json``; docs/serve.md quotes the figures.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-import httpx
+import aiohttp
 import psutil
 import torch
 
@@ -86,27 +91,49 @@ def sst2_inputs(data_dir: str) -> list[str]:
     return [task.preprocess(row)["inputs"] for row in task.raw_examples("validation", data_dir)]
 
 
-def offline(cfg: PredictConfig, texts: list[str], idle_requests: int) -> dict:
-    """t2t-predict's outputs, its decoding rate, and the median of one direct generate call."""
+def offline(cfg: PredictConfig, texts: list[str]) -> tuple[dict, Predictor, list]:
+    """t2t-predict's output for each of ``texts``, and the loaded predictor with their token rows."""
     expected = predict(cfg, texts)
     predictor = Predictor.load(run_settings(cfg))
     rows = predictor.encode(texts, None)
-    decoding = DecodingConfig(batch_size=32, max_length=cfg.max_length)
-    predictor.decode(rows[:64], decoding)  # warm up
-    started, cpu = time.perf_counter(), time.process_time()
-    decoded, _ = predictor.decode(rows, decoding)
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    decoded, _ = predictor.decode(rows, DecodingConfig(batch_size=32, max_length=cfg.max_length))
     assert decoded == expected, "Predictor.decode and predict() disagree"
+    return dict(zip(texts, expected)), predictor, rows
+
+
+def offline_rate(predictor: Predictor, rows: list, max_length: int) -> dict:
+    """t2t-predict's decoding of ``rows`` (batches of 32 by length, as the command decodes), timed."""
+    started, cpu = time.perf_counter(), time.process_time()
+    predictor.decode(rows, DecodingConfig(batch_size=32, max_length=max_length))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {"seconds": seconds, "examples_per_second": len(rows) / seconds, "cpu_seconds_per_example": cpu / len(rows),
+            "load_average": os.getloadavg()[0]}
+
+
+def direct_generate(predictor: Predictor, row, max_length: int) -> float:
+    """Seconds of one ``model.generate`` call on one input."""
     model = predictor.model
-    direct = []
     with torch.no_grad(), model.dense_attention():
-        for row in rows[:idle_requests]:
+        started = time.perf_counter()
+        model.generate(pad_rows([row]), max_new_tokens=max_length)
+        return time.perf_counter() - started
+
+
+async def paired_idle(url: str, predictor: Predictor, texts: list[str], rows: list, max_length: int) -> dict:
+    """For each input, one direct generate call here, then one request to the idle server: the two medians are
+    taken over the same seconds of the machine's time."""
+    direct, served = [], []
+    async with aiohttp.ClientSession(url) as client:
+        for text, row in zip(texts, rows):
+            direct.append(direct_generate(predictor, row, max_length))
             started = time.perf_counter()
-            model.generate(pad_rows([row]), max_new_tokens=cfg.max_length)
-            direct.append(time.perf_counter() - started)
-    return {"expected": dict(zip(texts, expected)), "examples": len(texts), "seconds": seconds,
-            "examples_per_second": len(texts) / seconds, "cpu_seconds_per_example": cpu / len(texts),
-            "load_average": os.getloadavg()[0], "generate_p50_ms": 1000 * statistics.median(direct)}
+            async with client.post("/v1/predict", data=good(text)[0]) as response:
+                assert response.status == 200, await response.text()
+                await response.read()
+            served.append(time.perf_counter() - started)
+    return {"generate_p50_ms": 1000 * statistics.median(direct), **percentiles(served), "requests": len(served),
+            "ratio_to_generate": statistics.median(served) / statistics.median(direct),
+            "load_average": os.getloadavg()[0]}
 
 
 def free_port() -> int:
@@ -124,11 +151,8 @@ def start_server(args, port: int, log) -> subprocess.Popen:
         stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
+        if get(f"http://127.0.0.1:{port}/readyz", timeout=2)[0] == 200:
+            return process
         if process.poll() is not None:
             raise SystemExit("t2t-serve exited while starting")
         time.sleep(0.5)
@@ -143,11 +167,12 @@ async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None
     queue = list(reversed(range(len(bodies))))
     latencies, statuses, answers = [], {}, {}
     stop = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     transport_errors = []
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        async def send(body: bytes) -> httpx.Response:
-            return await client.post("/v1/predict", content=body, headers={"content-type": "application/json"})
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
+        async def send(body: bytes) -> tuple[int, dict]:
+            async with client.post("/v1/predict", data=body, headers={"content-type": "application/json"}) as r:
+                return r.status, await r.json(content_type=None)
 
         async def one_client():
             while queue and time.monotonic() < stop:
@@ -155,13 +180,11 @@ async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None
                 body = bodies[i][0]
                 started = time.perf_counter()
                 try:
-                    response = await send(body)
-                except httpx.TransportError as e:  # counted, and sent once more on a new connection
+                    statuses[i], answers[i] = await send(body)
+                except aiohttp.ClientConnectionError as e:  # counted, and sent once more on a new connection
                     transport_errors.append(type(e).__name__)
-                    response = await send(body)
+                    statuses[i], answers[i] = await send(body)
                 latencies.append(time.perf_counter() - started)
-                statuses[i] = response.status_code
-                answers[i] = response.json()
         rss, done = [], asyncio.Event()
 
         async def sample_rss():
@@ -214,8 +237,19 @@ def rss_quarters(samples: list[float]) -> dict:
     return {"start": samples[0], **at, "end": samples[-1], "peak": max(samples)}
 
 
+def get(url: str, timeout: float) -> tuple[int | None, str]:
+    """The status and body of a GET, or (None, "") where the server does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return None, ""
+
+
 def server_metrics(url: str) -> dict:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    text = get(f"{url}/metrics", timeout=10)[1]
     values = {}
     for line in text.splitlines():
         if line and not line.startswith("#") and "_bucket" not in line and "_created" not in line:
@@ -232,9 +266,9 @@ def main() -> None:
     texts = sst2_inputs(data_dir)
     cfg = PredictConfig(checkpoint=args.checkpoint, max_length=args.max_length, device="cpu")
     print(f"offline: t2t-predict on {len(set(texts))} distinct SST-2 inputs", flush=True)
-    reference = offline(cfg, sorted(set(texts)), args.idle_requests)
-    expected = reference.pop("expected")
-    print(json.dumps(reference), flush=True)
+    distinct = sorted(set(texts))
+    expected, predictor, rows = offline(cfg, distinct)
+    row_of = dict(zip(distinct, rows))
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -243,35 +277,38 @@ def main() -> None:
     process = start_server(args, port, log)
     server = psutil.Process(process.pid)
     try:
-        idle = asyncio.run(run_clients(url, [good(t) for t in texts[:args.idle_requests]], 1, args.phase_seconds,
-                                       server))
+        idle_texts = texts[:args.idle_requests]
+        idle = asyncio.run(paired_idle(url, predictor, idle_texts, [row_of[t] for t in idle_texts], args.max_length))
+        print("idle:", json.dumps(idle), flush=True)
+        before = offline_rate(predictor, rows, args.max_length)
         inputs = [texts[i % len(texts)] for i in range(args.throughput_requests)]
         throughput = asyncio.run(run_clients(url, [good(t) for t in inputs], args.throughput_clients,
                                              args.phase_seconds, server))
+        after = offline_rate(predictor, rows, args.max_length)
         every = round(1 / args.malformed) if args.malformed else 0
         load_bodies = [(*MALFORMED[(i // every) % len(MALFORMED)], None) if every and i % every == every - 1
                        else good(texts[i % len(texts)]) for i in range(args.requests)]
         load = asyncio.run(run_clients(url, load_bodies, args.clients, args.phase_seconds, server))
-        alive = httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+        alive = get(f"{url}/healthz", timeout=10)[0] == 200
         metrics = server_metrics(url)
     finally:
         process.send_signal(signal.SIGTERM)
         exit_code = process.wait(120)
 
-    idle_p50 = percentiles(idle["latencies"])["p50_ms"]
     served = len(throughput["statuses"]) / throughput["wall"]
+    offline_examples_per_second = (before["examples_per_second"] + after["examples_per_second"]) / 2
     batches = metrics.get("t2t_serve_batch_size_count", 0)
     results = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_average_at_end": os.getloadavg(), "torch": torch.__version__, "threads": args.threads},
         "settings": {k: v for k, v in vars(args).items()},
         "task": TASK, "distinct_inputs": len(expected),
-        "offline": reference,
-        "idle": {**percentiles(idle["latencies"]), "requests": len(idle["latencies"]),
-                 "ratio_to_generate": idle_p50 / reference["generate_p50_ms"], "load_average": idle["load_average"]},
+        "offline": {"examples": len(rows), "before_throughput": before, "after_throughput": after,
+                    "examples_per_second": offline_examples_per_second},
+        "idle": idle,
         "throughput": {"clients": args.throughput_clients, "requests": len(throughput["statuses"]),
                        "seconds": throughput["wall"], "examples_per_second": served,
-                       "ratio_to_offline": served / reference["examples_per_second"],
+                       "ratio_to_offline": served / offline_examples_per_second,
                        "server_cpu_seconds_per_example": throughput["server_cpu_seconds"] / len(throughput["statuses"]),
                        "load_average": throughput["load_average"], "batches": throughput["batches"],
                        "mean_batch_size": throughput["mean_batch_size"],
