@@ -3,7 +3,8 @@
 The public surface (README.md, "From Python"; the layers and seams inside: docs/internals.md)::
 
     import t2t
-    model = t2t.from_hf("path/to/hf_t5_dir")          # or a hub id; t2t.load_model(run), t2t.from_t5x(path)
+    model = t2t.from_hf("path/to/hf_t5_dir")          # or a hub id; t2t.load_model(run), t2t.from_t5x(path),
+                                                      # t2t.from_mesh_tf(path) (the t5 library's model.ckpt-N)
     t2t.to_hf(model, "out_dir")
     vocab = t2t.SentencePieceVocabulary(path, extra_ids=100)
     t2t.register_vocabulary(MyVocabulary)               # a t2t.Vocabulary kind, read back from a run's vocab.json
@@ -22,7 +23,8 @@ __version__ = "0.1.0"
 # command's start, which installs its Ctrl-C handler before torch (seconds to import) loads (t2t.cli).
 _EXPORTS = {
     "t2t.checkpoints.hf": ("from_hf", "to_hf"), "t2t.checkpoints.loading": ("load_model",),
-    "t2t.checkpoints.t5x": ("from_t5x",), "t2t.data.mixing": ("rate_equal", "rate_num_examples", "rate_unsupervised"),
+    "t2t.checkpoints.t5x": ("from_t5x",), "t2t.checkpoints.mesh_tf": ("from_mesh_tf",),
+    "t2t.data.mixing": ("rate_equal", "rate_num_examples", "rate_unsupervised"),
     "t2t.data.objectives": ("get_objective", "register_objective"),
     "t2t.data.sources": ("CsvFiles", "DataFiles", "GeneratorSource", "HFDataset", "InMemorySource", "JsonlFiles",
                          "Source", "TextFiles", "TsvFiles"),

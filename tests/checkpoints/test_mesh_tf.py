@@ -138,6 +138,8 @@ def test_t5_library_checkpoints_give_the_logits_of_the_same_weights_from_hf(chec
         with torch.no_grad():
             logits = model(enc, dec)
         assert (logits - expected).abs().max().item() <= 1e-6, source
+    with torch.no_grad():  # and through the public name
+        assert (t2t.from_mesh_tf(tf_folder).eval()(enc, dec) - expected).abs().max().item() <= 1e-6
     assert model.config.tie_word_embeddings == (LAYOUTS[layout]["style"] == "relu")
     assert ((logits - theirs).abs().max() / theirs.abs().max()).item() < 1e-4
 
