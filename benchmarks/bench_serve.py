@@ -201,7 +201,8 @@ async def run_clients(url: str, bodies: list[tuple[bytes, int | None, str | None
     metrics = server_metrics(url)
     batches = metrics["t2t_serve_batch_size_count"] - metrics_before["t2t_serve_batch_size_count"]
     rows = metrics["t2t_serve_batch_size_sum"] - metrics_before["t2t_serve_batch_size_sum"]
-    return {"transport_errors": transport_errors, "batches": batches, "mean_batch_size": rows / max(batches, 1),"wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers, "rss_mib": rss,
+    return {"transport_errors": transport_errors, "batches": batches, "mean_batch_size": rows / max(batches, 1),
+            "wall": wall, "latencies": latencies, "statuses": statuses, "answers": answers, "rss_mib": rss,
             "server_cpu_seconds": sum(server.cpu_times()[:2]) - cpu_before,
             "load_average": [load_before, os.getloadavg()[0]]}
 
@@ -217,8 +218,9 @@ def check(bodies, result, expected: dict) -> dict:
         else:
             ok = status == bad_status and set(result["answers"][i]) == {"error"}
             refused_right, refused_wrong = refused_right + ok, refused_wrong + (not ok)
-    return {"sent": len(result["statuses"]), "transport_errors_retried": len(result["transport_errors"]), "good_answered_as_t2t_predict": right, "good_wrong": wrong,
-            "malformed_refused_4xx": refused_right, "malformed_wrong": refused_wrong}
+    return {"sent": len(result["statuses"]), "transport_errors_retried": len(result["transport_errors"]),
+            "good_answered_as_t2t_predict": right, "good_wrong": wrong, "malformed_refused_4xx": refused_right,
+            "malformed_wrong": refused_wrong}
 
 
 def good(text: str):
@@ -312,7 +314,8 @@ def main() -> None:
                        "server_cpu_seconds_per_example": throughput["server_cpu_seconds"] / len(throughput["statuses"]),
                        "load_average": throughput["load_average"], "batches": throughput["batches"],
                        "mean_batch_size": throughput["mean_batch_size"],
-                       **percentiles(throughput["latencies"]), **check([good(t) for t in inputs], throughput, expected)},
+                       **percentiles(throughput["latencies"]),
+                       **check([good(t) for t in inputs], throughput, expected)},
         "load": {"clients": args.clients, "seconds": load["wall"], **percentiles(load["latencies"]),
                  **check(load_bodies, load, expected),
                  "requests_per_second": len(load["statuses"]) / load["wall"], "load_average": load["load_average"],

@@ -646,9 +646,9 @@ class T5(nn.Module):
     def encode_rows(self, tokens: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
         """The encoder output of a padded batch ``tokens`` [B, S] for decoding, computing its rows' tokens only:
         ``(encoded, unpack)``, ``encoded`` [R, W, d_model] the rows packed side by side where that saves work
-        (:mod:`t2t.models.packed_rows`; ``encode``'s values to rounding), and ``unpack`` taking any
-        [R, W, ...] tensor of them to the batch's layout [B, S, ...], zeros after each row's last token. FlexAttention compiles a
-        kernel per shape, so a flex model encodes the batch as it is (R = B, ``unpack`` the identity)."""
+        (:mod:`t2t.models.packed_rows`; ``encode``'s values to rounding), and ``unpack`` taking any [R, W, ...]
+        tensor of them to the batch's layout [B, S, ...], zeros after each row's last token. FlexAttention
+        compiles a kernel per shape, so a flex model encodes the batch as it is (``unpack`` the identity)."""
         packed = None if self.config.attention == "flex" else pack_rows(tokens, self.config.pad_id)
         if packed is None:
             return self.encode(tokens), lambda x: x

@@ -24,7 +24,7 @@ import numpy as np
 
 from t2t.errors import T2TError, error_summary
 from t2t.evaluation.evaluate import DecodingConfig
-from t2t.evaluation.predict import Predictor, prepared_example, prediction_task, reference_examples, run_settings
+from t2t.evaluation.predict import Predictor, prediction_task, prepared_example, reference_examples, run_settings
 from t2t.evaluation.results import jsonable
 from t2t.models import distributed
 from t2t.models.packed_rows import row_bucket
@@ -177,10 +177,10 @@ class Service:
 def in_buckets(rows: list, most: int) -> list:
     """``rows`` (token arrays, or scoring's (input, target) pairs) each padded to a multiple of
     ``LENGTH_BUCKET`` tokens, with copies of the first added up to ``row_bucket`` rows (at most ``most``;
-    t2t.models.packed_rows). The model masks the
-    padding as it masks a batch's, and rows never mix, so the outputs do not change (tests/serve); the
-    kernels then see a few shapes instead of every (rows x tokens) one, and the caches that keep a kernel per
-    shape (oneDNN's) stop growing after the first few hundred batches."""
+    t2t.models.packed_rows). The model masks the padding as it masks a batch's, and rows never mix, so the
+    outputs do not change (tests/serve); the kernels then see a few shapes instead of every (rows x tokens)
+    one, and the caches that keep a kernel per shape (oneDNN's) stop growing after the first few hundred
+    batches."""
     padded = [tuple(map(bucketed, row)) if isinstance(row, tuple) else bucketed(row) for row in rows]
     count = len(padded)
     size = min(row_bucket(count), max(most, count))
