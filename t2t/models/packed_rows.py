@@ -53,11 +53,10 @@ def pack_rows(tokens: torch.Tensor, pad_id: int) -> PackedRows | None:
     ``row_bucket`` rows of the width that needs the fewest slots; None when that saves no slot."""
     B, S = tokens.shape
     lengths = ((tokens != pad_id).long().cumsum(1).argmax(1) + 1).tolist()  # up to the last non-pad token
-    slots, width, (packed_row, offset, rows) = min(
-        (row_bucket(fit[2]) * width, width, fit)
-        for width in range(S, 2 * S + 1, WIDTH_STEP) for fit in [first_fit(lengths, width)])
-    if slots >= B * S:
+    best = fewest_slots(lengths, S, most=B * S - 1)
+    if best is None:
         return None
+    width, (packed_row, offset, rows) = best
     rows = row_bucket(rows)
     device = tokens.device
     valid = torch.arange(S, device=device) < torch.tensor(lengths, device=device)[:, None]
@@ -71,6 +70,22 @@ def pack_rows(tokens: torch.Tensor, pad_id: int) -> PackedRows | None:
         return flat.index_copy_(0, target, values).view(rows, width)
 
     return PackedRows(packed(tokens.flatten()[source]), packed(column), packed(row + 1), source, target, (B, S))
+
+
+def fewest_slots(lengths: list[int], S: int, most: int) -> tuple[int, tuple] | None:
+    """``(width, first_fit(lengths, width))`` of the width (S to 2S) whose ``row_bucket`` rows hold fewest
+    slots (the narrowest of equals), or None where none holds at most ``most``. A width whose rows cannot
+    beat the best so far, even filled to the last slot, is not tried: a full batch costs no first fit, and
+    one with little padding (t2t-predict's, sorted by length) few."""
+    total, best = sum(lengths), None
+    for width in range(S, 2 * S + 1, WIDTH_STEP):
+        if row_bucket(-(-total // width)) * width > most:
+            continue
+        fit = first_fit(lengths, width)
+        slots = row_bucket(fit[2]) * width
+        if slots <= most:
+            best, most = (width, fit), slots - 1
+    return best
 
 
 def first_fit(lengths: list[int], width: int) -> tuple[list[int], list[int], int]:
