@@ -800,7 +800,7 @@ class T5(nn.Module):
 
         def per_beam(keys_or_values: torch.Tensor) -> torch.Tensor:  # [R, H, W, d_kv] → [B*K, H, S, d_kv]
             batch = unpack(keys_or_values.transpose(1, 2)).transpose(1, 2)
-            return batch.repeat_interleave(num_beams, dim=0).contiguous()
+            return (batch.repeat_interleave(num_beams, dim=0) if num_beams > 1 else batch).contiguous()
 
         cross = self.decoder.cross_keys_values(encoded)
         cache = self._new_cache(encoder_tokens.shape[0] * num_beams, max_len, _compute_dtype(encoded), encoded.device)
